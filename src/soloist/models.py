@@ -1,0 +1,202 @@
+"""Plain values shared by the runtime and the stores: occurrences, states, policies."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+JSONDict = dict[str, Any]
+
+
+class State(str, enum.Enum):
+    """Life cycle of an occurrence.
+
+    ``scheduled -> running -> succeeded | failed (retry pending) | dead``; ``skipped`` records
+    an occurrence that the overlap policy ``skip`` did not start.
+    """
+
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    SKIPPED = "skipped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (State.SUCCEEDED, State.DEAD, State.SKIPPED)
+
+
+#: States an executor may claim (``failed`` means a retry is pending).
+CLAIMABLE_STATES = (State.SCHEDULED, State.FAILED)
+
+
+class ErrorCode(str, enum.Enum):
+    """Why an attempt did not succeed (SPEC 4.7)."""
+
+    HANDLER_ERROR = "handler_error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    LEASE_LOST = "lease_lost"
+    HANDLER_PANIC = "handler_panic"
+    LEASE_EXPIRED = "lease_expired"
+    OVERLAP = "overlap"
+
+
+class Overlap(str, enum.Enum):
+    """What happens when an occurrence is due while the previous one of its job+scope runs."""
+
+    SKIP = "skip"
+    ALLOW = "allow"
+    QUEUE = "queue"
+
+
+class CatchUp(str, enum.Enum):
+    """Which missed occurrences run after downtime."""
+
+    SKIP = "skip"
+    LATEST = "latest"
+    ALL = "all"
+
+
+class Kind(str, enum.Enum):
+    """Where an occurrence came from."""
+
+    SCHEDULE = "schedule"
+    TASK = "task"
+    TRIGGER = "trigger"
+
+
+@dataclass(frozen=True)
+class NewOccurrence:
+    """An occurrence to insert. ``dedupe_key`` is unique in the store: inserting a second
+    occurrence with the same key is a no-op (this is what makes planning idempotent)."""
+
+    dedupe_key: str
+    job: str
+    task: str
+    scope: str
+    plan_time: datetime
+    due_at: datetime
+    kind: Kind
+    max_attempts: int = 1
+    overlap: Overlap = Overlap.ALLOW
+    payload: JSONDict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One planned run of a job, as stored."""
+
+    id: str
+    dedupe_key: str
+    job: str
+    task: str
+    scope: str
+    plan_time: datetime
+    due_at: datetime
+    kind: Kind
+    state: State
+    attempt: int
+    max_attempts: int
+    overlap: Overlap
+    payload: JSONDict
+    instance_id: str | None
+    lease_expires_at: datetime | None
+    fencing_token: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_code: str | None
+    error_message: str | None
+    result: Any = None
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+    def to_json(self) -> JSONDict:
+        """The audit record of this occurrence as JSON-ready values (``soloist history``)."""
+
+        def iso(value: datetime | None) -> str | None:
+            return value.isoformat() if value is not None else None
+
+        duration = self.duration
+        return {
+            "id": self.id,
+            "job": self.job,
+            "task": self.task,
+            "scope": self.scope,
+            "kind": self.kind.value,
+            "plan_time": iso(self.plan_time),
+            "due_at": iso(self.due_at),
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "instance_id": self.instance_id,
+            "fencing_token": self.fencing_token,
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "duration_s": duration.total_seconds() if duration is not None else None,
+            "error_code": self.error_code,
+            "error_message": self.error_message,
+            "result": self.result,
+        }
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A lease handle: the occurrence id and the fencing token this runner holds it with."""
+
+    id: str
+    fencing_token: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The terminal (or retry) write of one attempt, fenced by ``fencing_token``.
+
+    ``state`` is ``succeeded``, ``failed`` (then ``retry_at`` is when the retry is due) or
+    ``dead``.
+    """
+
+    id: str
+    fencing_token: int
+    state: State
+    error_code: str | None = None
+    error_message: str | None = None
+    result: Any = None
+    retry_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PlanCursor:
+    """How far a (job, scope) stream has been planned: the last plan time materialised and
+    how many occurrences were planned in all (for ``max_runs``)."""
+
+    job: str
+    scope: str
+    last_plan_time: datetime | None
+    planned_count: int
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as the store knows it: its schedule (as JSON), pause flag and origin.
+
+    Jobs defined in code are upserted on start (``dynamic`` false); dynamic schedules added
+    with ``app.schedules.add`` carry their task, payload and metadata (``dynamic`` true).
+    """
+
+    name: str
+    task: str
+    schedule: JSONDict
+    dynamic: bool = False
+    paused: bool = False
+    payload: JSONDict = field(default_factory=dict)
+    metadata: JSONDict = field(default_factory=dict)
+    created_at: datetime | None = None

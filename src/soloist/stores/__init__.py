@@ -1,0 +1,34 @@
+"""Store implementations, selected by URL scheme (``sqlite:///path``, ``memory://``).
+
+Drivers are imported lazily so that the core never imports one it does not use.
+"""
+
+from __future__ import annotations
+
+from soloist.clock import Clock
+from soloist.errors import ConfigError
+from soloist.stores.base import Store
+
+DEFAULT_STORE_URL = "sqlite:///soloist.db"
+
+__all__ = ["DEFAULT_STORE_URL", "Store", "open_store"]
+
+
+def open_store(url: str, *, clock: Clock | None = None) -> Store:
+    """Return the store for ``url`` (not yet migrated; call ``await store.migrate()``)."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ConfigError(
+            f"invalid store URL {url!r}: expected 'sqlite:///path.db' or 'memory://'"
+        )
+    if scheme == "memory":
+        from soloist.stores.memory import MemoryStore
+
+        return MemoryStore(url, clock=clock)
+    if scheme == "sqlite":
+        from soloist.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(url, clock=clock)
+    raise ConfigError(
+        f"unsupported store URL scheme {scheme!r} in {url!r}: expected 'sqlite' or 'memory'"
+    )

@@ -1,0 +1,191 @@
+"""The Store protocol: all state that instances share lives behind these methods.
+
+Design (read this before writing a store):
+
+* Exactly-once comes from the store, not from hoping one process is awake. Every occurrence
+  has a unique ``dedupe_key``; inserting an existing key is a no-op. Planning advances a
+  per-(job, scope) cursor with compare-and-set, inserting the new occurrences in the same
+  atomic step, so two planners never both plan the same stretch.
+* A claim is one atomic statement (or transaction) that moves due, claimable occurrences
+  to ``running``, sets the runner, a lease expiry and a new fencing token
+  (``fencing_token + 1``), and increments ``attempt``.
+* Every write by a runner (lease renewal, outcome, release) is fenced: it applies only if
+  the row is still ``running`` with the same ``fencing_token`` and ``instance_id``. A runner
+  whose lease expired and was reaped/re-claimed cannot overwrite anything.
+* Time: methods that depend on time take ``now=None``; ``None`` means the store's own
+  clock (:meth:`Store.now`), which for server stores is the server's clock, so instance
+  clock skew does not matter. Tests pass ``now`` or give the store a fake clock.
+* All datetimes crossing this boundary are aware UTC datetimes with microsecond precision.
+* Driver exceptions are translated to :class:`soloist.errors.StoreError` here, at the
+  boundary; the core never imports a store driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+from soloist.models import (
+    Claimed,
+    JobRecord,
+    NewOccurrence,
+    Occurrence,
+    Outcome,
+    PlanCursor,
+    State,
+)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Shared state of all instances of one app. Every method is a contract; see module doc."""
+
+    url: str
+
+    # -- life cycle -------------------------------------------------------------------------
+    async def migrate(self) -> None:
+        """Bring the schema to the newest version. Idempotent; safe when several instances
+        call it at once. Raises StoreUnavailableError when the store cannot be reached."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections. Safe to call twice."""
+        ...
+
+    async def now(self) -> datetime:
+        """The store's clock (aware UTC)."""
+        ...
+
+    # -- occurrences ------------------------------------------------------------------------
+    async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
+        """Insert ``item`` unless its ``dedupe_key`` exists. Returns the stored occurrence
+        (the existing one on a duplicate) and whether it was created. New rows start
+        ``scheduled`` with attempt 0, fencing_token 0, created_at = now."""
+        ...
+
+    async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
+        """The planning cursor of (job, scope), or None if never planned."""
+        ...
+
+    async def plan_advance(
+        self,
+        job: str,
+        scope: str,
+        expected_last: datetime | None,
+        new_last: datetime,
+        added_count: int,
+        items: Sequence[NewOccurrence],
+    ) -> bool:
+        """Compare-and-set the cursor of (job, scope) and insert ``items``, atomically.
+
+        Applies only if the cursor's ``last_plan_time`` equals ``expected_last`` (``None``:
+        no cursor exists yet). Then the cursor becomes ``new_last`` with ``planned_count``
+        increased by ``added_count``, and ``items`` are inserted (existing dedupe keys
+        ignored). Returns False, changing nothing, if the cursor had moved."""
+        ...
+
+    async def occurrence_claim(
+        self,
+        instance_id: str,
+        tasks: Collection[str],
+        limit: int,
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[Occurrence]:
+        """Atomically claim up to ``limit`` occurrences for ``instance_id``.
+
+        Candidates: state ``scheduled`` or ``failed``, ``due_at <= now``, ``task`` in
+        ``tasks``, ordered by ``due_at`` then ``plan_time``. Overlap: a candidate whose
+        overlap is ``skip`` or ``queue`` and whose (job, scope) already has a ``running``
+        occurrence (or one claimed earlier in this same batch) is not claimed; if its overlap
+        is ``skip`` it becomes ``skipped`` with error_code ``overlap`` and finished_at = now,
+        if ``queue`` it stays as it is. Claimed rows become ``running`` with attempt + 1,
+        fencing_token + 1, instance_id, started_at = now, lease_expires_at = now + lease_ttl,
+        finished_at/error cleared. Returns the claimed rows as updated."""
+        ...
+
+    async def lease_renew(
+        self,
+        instance_id: str,
+        claims: Sequence[Claimed],
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> set[str]:
+        """Extend to now + lease_ttl the leases still held (running, same instance and
+        token). Returns the ids renewed; the others are lost."""
+        ...
+
+    async def occurrence_complete(
+        self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
+    ) -> set[str]:
+        """Record attempt outcomes, fenced. Each applies only if its row is ``running`` with
+        the same instance and token. ``succeeded``/``dead``: terminal, finished_at = now.
+        ``failed``: retry pending, due_at = retry_at (or now), lease cleared. error_code,
+        error_message and result are stored. Returns the ids whose write applied."""
+        ...
+
+    async def lease_release(
+        self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
+    ) -> set[str]:
+        """Give back occurrences this runner holds but will not finish (graceful shutdown):
+        fenced like a completion; they become claimable at once (``scheduled`` if their
+        attempt was the first, else ``failed``), attempt - 1 (the attempt is not spent),
+        lease cleared, error_code ``cancelled``. Returns the ids released."""
+        ...
+
+    async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
+        """Expired leases: every ``running`` row with lease_expires_at <= now becomes
+        ``failed`` (retry due now) if attempt < max_attempts, else ``dead``; error_code
+        ``lease_expired``, lease cleared, finished_at = now when dead. Returns the reaped
+        rows as updated. Safe to run on every instance at once."""
+        ...
+
+    async def occurrence_next_due(
+        self, tasks: Collection[str], now: datetime | None = None
+    ) -> datetime | None:
+        """Earliest ``due_at`` of claimable occurrences of ``tasks`` (may be in the past),
+        or None. Used to sleep exactly until work is due."""
+        ...
+
+    async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
+        """One occurrence by id."""
+        ...
+
+    async def occurrence_list(
+        self,
+        *,
+        job: str | None = None,
+        state: State | None = None,
+        limit: int = 100,
+    ) -> list[Occurrence]:
+        """Occurrences, newest plan_time first (ties: newest created first), filtered by
+        job and state, at most ``limit``."""
+        ...
+
+    # -- jobs (code-defined and dynamic schedules) -------------------------------------------
+    async def job_upsert(self, records: Sequence[JobRecord]) -> None:
+        """Register code-defined jobs: insert, or update task/schedule/payload/metadata of
+        an existing one while keeping its ``paused`` flag and created_at."""
+        ...
+
+    async def job_add(self, record: JobRecord) -> None:
+        """Insert a dynamic schedule; raises DuplicateJobError if the name exists."""
+        ...
+
+    async def job_get(self, name: str) -> JobRecord | None:
+        """One job by name."""
+        ...
+
+    async def job_list(self) -> list[JobRecord]:
+        """All jobs, by name."""
+        ...
+
+    async def job_delete(self, name: str) -> bool:
+        """Delete a job and its planning cursors (its occurrences stay as history).
+        Returns whether it existed."""
+        ...
+
+    async def job_set_paused(self, name: str, paused: bool) -> bool:
+        """Set the pause flag. Returns whether the job exists."""
+        ...
