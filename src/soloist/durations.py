@@ -18,7 +18,6 @@ _UNITS = {
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
-
 def parse_duration(value: object, *, what: str = "duration", allow_zero: bool = False) -> timedelta:
     """Return ``value`` as a timedelta.
 

@@ -18,9 +18,7 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
     """Return the store for ``url`` (not yet migrated; call ``await store.migrate()``)."""
     scheme, sep, _ = url.partition("://")
     if not sep:
-        raise ConfigError(
-            f"invalid store URL {url!r}: expected 'sqlite:///path.db' or 'memory://'"
-        )
+        raise ConfigError(f"invalid store URL {url!r}: expected 'sqlite:///path.db' or 'memory://'")
     if scheme == "memory":
         from soloist.stores.memory import MemoryStore
 

@@ -1,0 +1,285 @@
+"""The ``soloist`` command: a thin adapter over the public API.
+
+Store-only commands (``jobs``, ``history``, ``trigger``, ``pause``, ``resume``,
+``migrate``) need just the store URL (``--store`` or ``SOLOIST_STORE_URL``);
+``run`` and ``enqueue`` load the app (``module:attribute`` or ``path/to/file.py:attr``).
+Errors print one line and exit with status 2 (bad input) or 1 (store failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from soloist import logs
+from soloist.errors import ConfigError, SoloistError, StoreError
+from soloist.models import JobRecord
+from soloist.scheduler import Scheduler
+from soloist.schedules import schedule_from_dict
+from soloist.stores import DEFAULT_STORE_URL, open_store
+from soloist.stores.base import Store
+
+T = TypeVar("T")
+
+store_option = click.option(
+    "--store",
+    envvar="SOLOIST_STORE_URL",
+    default=DEFAULT_STORE_URL,
+    show_default=True,
+    help="Store URL (env SOLOIST_STORE_URL).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@click.group()
+@click.version_option(package_name="soloist")
+def main() -> None:
+    """soloist: run each planned job once across many instances."""
+
+
+def load_app(spec: str) -> Scheduler:
+    """Import ``module:attribute`` or ``path/file.py:attribute`` and return the Scheduler."""
+    target, _, attribute = spec.partition(":")
+    attribute = attribute or "app"
+    sys.path.insert(0, os.getcwd())
+    try:
+        if target.endswith(".py") or os.sep in target:
+            path = Path(target)
+            if not path.is_file():
+                raise ConfigError(f"invalid app {spec!r}: file {target!r} does not exist")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ConfigError(f"invalid app {spec!r}: cannot import {target!r}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[path.stem] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"invalid app {spec!r}: {exc}") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, Scheduler):
+        raise ConfigError(
+            f"invalid app {spec!r}: expected 'module:attribute' naming a soloist.Scheduler, "
+            f"found {type(app).__name__}"
+        )
+    return app
+
+
+def _guard(fn: Callable[[], T]) -> T:
+    """Turn soloist errors into one line on stderr and an exit status."""
+    try:
+        return fn()
+    except StoreError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    except SoloistError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
+def _with_store(url: str, action: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
+    async def go() -> T:
+        store = open_store(url)
+        try:
+            await store.migrate()
+            return await action(store)
+        finally:
+            await store.close()
+
+    return _guard(lambda: asyncio.run(go()))
+
+
+@main.command()
+@click.argument("app")
+@store_option
+@click.option("--instance-id", envvar="SOLOIST_INSTANCE_ID", help="Default: host-pid-random.")
+@click.option("--mode", envvar="SOLOIST_MODE", default=None, help="Coordination mode.")
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+def run(
+    app: str,
+    store: str,
+    instance_id: str | None,
+    mode: str | None,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Run the workers of APP (module:attribute) until SIGTERM or Ctrl-C."""
+    logs.configure(log_level, log_format)
+    # Apps usually build Scheduler() from the environment: set it before importing.
+    os.environ["SOLOIST_STORE_URL"] = store
+    if instance_id:
+        os.environ["SOLOIST_INSTANCE_ID"] = instance_id
+    if mode:
+        os.environ["SOLOIST_MODE"] = mode
+    scheduler = _guard(lambda: load_app(app))
+    _guard(scheduler.run)
+
+
+@main.command()
+@store_option
+def migrate(store: str) -> None:
+    """Create or upgrade the store's schema."""
+
+    async def noop(_: Store) -> None:
+        return None
+
+    _with_store(store, noop)
+    click.echo(f"store {store} is at the newest schema")
+
+
+@main.command()
+@store_option
+@json_option
+def jobs(store: str, as_json: bool) -> None:
+    """List jobs (defined in code and dynamic) with their next plan time."""
+
+    async def fetch(s: Store) -> tuple[list[JobRecord], datetime]:
+        return await s.job_list(), await s.now()
+
+    records, now = _with_store(store, fetch)
+    rows = [_job_row(r, now) for r in records]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    if not rows:
+        click.echo("no jobs")
+        return
+    for row in rows:
+        flags = " paused" if row["paused"] else ""
+        flags += " dynamic" if row["dynamic"] else ""
+        click.echo(
+            f"{row['name']:<24} {row['schedule']:<36} next {row['next_plan_time'] or '-'}{flags}"
+        )
+
+
+def _job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
+    try:
+        schedule = schedule_from_dict(record.schedule["schedule"])
+        text, upcoming = schedule.describe(), schedule.next_after(now)
+    except (KeyError, TypeError, SoloistError):
+        text, upcoming = "(unreadable schedule)", None
+    return {
+        "name": record.name,
+        "task": record.task,
+        "schedule": text,
+        "paused": record.paused,
+        "dynamic": record.dynamic,
+        "next_plan_time": upcoming.isoformat() if upcoming else None,
+    }
+
+
+@main.command()
+@store_option
+@click.option("--job", default=None, help="Only this job.")
+@click.option("--state", default=None, help="Only this state (succeeded, dead, ...).")
+@click.option("--limit", default=50, show_default=True, type=int)
+@json_option
+def history(store: str, job: str | None, state: str | None, limit: int, as_json: bool) -> None:
+    """Show what ran, when, where, and why it failed: newest plan time first."""
+    app = Scheduler(store)
+    occurrences = _guard(lambda: app.history(job=job, state=state, limit=limit))
+    for occ in occurrences:
+        if as_json:
+            click.echo(json.dumps(occ.to_json()))
+            continue
+        took = f"{occ.duration.total_seconds():.3f}s" if occ.duration else "-"
+        error = f" {occ.error_code}: {occ.error_message}" if occ.error_code else ""
+        click.echo(
+            f"{occ.plan_time.isoformat()} {occ.job:<20} {occ.scope or '-':<8} "
+            f"{occ.state.value:<9} attempt {occ.attempt} on {occ.instance_id or '-'} "
+            f"({took}){error}"
+        )
+
+
+def _store_op(store: str, action: Callable[[Scheduler], object], message: str) -> None:
+    app = Scheduler(store)
+    result = _guard(lambda: action(app))
+    click.echo(message.format(result=result))
+
+
+@main.command()
+@click.argument("job")
+@store_option
+def trigger(job: str, store: str) -> None:
+    """Run JOB once now (outside its schedule)."""
+    _store_op(store, lambda app: app.trigger(job), f"triggered {job}: occurrence {{result}}")
+
+
+@main.command()
+@click.argument("job")
+@store_option
+def pause(job: str, store: str) -> None:
+    """Stop planning JOB on every instance until resumed."""
+    _store_op(store, lambda app: app.pause(job), f"paused {job}")
+
+
+@main.command()
+@click.argument("job")
+@store_option
+def resume(job: str, store: str) -> None:
+    """Plan JOB again."""
+    _store_op(store, lambda app: app.resume(job), f"resumed {job}")
+
+
+@main.command()
+@click.argument("task")
+@click.option(
+    "--app",
+    "app_spec",
+    required=True,
+    envvar="SOLOIST_APP",
+    help="The app defining TASK (module:attribute); env SOLOIST_APP.",
+)
+@click.option("--json", "payload", default="{}", help="Payload: a JSON object.")
+@click.option("--delay", default=None, help="Run after this delay, e.g. 10m.")
+@click.option("--at", "at_", default=None, help="Run at this RFC 3339 time.")
+@click.option("--key", default=None, help="Idempotency key: at most one run per key.")
+@store_option
+def enqueue(
+    task: str,
+    app_spec: str,
+    payload: str,
+    delay: str | None,
+    at_: str | None,
+    key: str | None,
+    store: str,
+) -> None:
+    """Queue one run of TASK with a JSON payload."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        click.echo(
+            f"error: invalid --json {payload!r}: {exc.msg}; expected a JSON object", err=True
+        )
+        raise SystemExit(2) from None
+    if not isinstance(data, dict):
+        click.echo(f"error: invalid --json {payload!r}: expected a JSON object", err=True)
+        raise SystemExit(2)
+    os.environ["SOLOIST_STORE_URL"] = store
+    app = _guard(lambda: load_app(app_spec))
+    occurrence = _guard(lambda: app.enqueue(task, delay=delay, at=at_, key=key, **data))
+    click.echo(f"enqueued {task}: occurrence {occurrence}")
+
+
+@main.command()
+@click.option("--seconds", default=14, show_default=True, type=int, help="Length of the run.")
+@click.option("--instances", default=3, show_default=True, type=int)
+def demo(seconds: int, instances: int) -> None:
+    """Start 3 instances on one SQLite file, kill -9 one midway, check the history."""
+    from soloist.demo import run_demo
+
+    ok = run_demo(seconds=seconds, instances=instances, echo=click.echo)
+    raise SystemExit(0 if ok else 1)

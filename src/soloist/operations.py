@@ -1,0 +1,227 @@
+"""Short operations on the shared store: enqueue, trigger, pause, resume, dynamic
+schedules, history. Async is the source of truth; :class:`soloist.Scheduler` offers each
+as a sync call too."""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from soloist.durations import parse_duration
+from soloist.errors import ConfigError, DuplicateJobError, PayloadError, UnknownTaskError
+from soloist.models import JobRecord, JSONDict, Kind, NewOccurrence, Occurrence, Overlap, State
+from soloist.payload import validate_payload
+from soloist.registry import JobDef, JobPolicy, Registry, TaskDef, check_name
+from soloist.schedules import Schedule
+from soloist.schedules import at as at_schedule
+from soloist.stores.base import Store
+
+
+class Operations:
+    """Operations that any process may run, whether or not it runs the workers."""
+
+    def __init__(
+        self,
+        store: Callable[[], Awaitable[Store]],
+        registry: Registry,
+        wake: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self.registry = registry
+        self._wake = wake
+
+    # -- queue ------------------------------------------------------------------------------
+    async def enqueue(
+        self,
+        task: str | Callable[..., Any],
+        payload: dict[str, Any],
+        *,
+        delay: object = None,
+        at: object = None,
+        key: str | None = None,
+    ) -> Occurrence:
+        """Queue one run of ``task`` now, after ``delay`` or at ``at``; with ``key``, at most
+        one occurrence per (task, key) is ever created (later calls return the first)."""
+        spec = self._task(task)
+        data = validate_payload(payload)
+        _check_binds(spec, data)
+        if delay is not None and at is not None:
+            raise ConfigError(f"give delay ({delay!r}) or at ({at!r}), not both")
+        if key is not None:
+            check_name(key, "idempotency key")
+        store = await self._store()
+        now = await store.now()
+        due = now
+        if delay is not None:
+            due = now + parse_duration(delay, what="delay", allow_zero=True)
+        elif at is not None:
+            if not isinstance(at, (str, datetime, timedelta)):
+                raise ConfigError(
+                    f"invalid at {at!r}: expected an aware datetime or an RFC 3339 string"
+                )
+            when = at_schedule(at, now=now).next_after(datetime.min.replace(tzinfo=now.tzinfo))
+            due = when if when is not None else now
+        dedupe = f"t:{spec.name}:{key}" if key is not None else f"t:{uuid.uuid4().hex}"
+        occ, _created = await store.occurrence_insert(
+            NewOccurrence(
+                dedupe_key=dedupe,
+                job=spec.name,
+                task=spec.name,
+                scope="",
+                plan_time=due,
+                due_at=due,
+                kind=Kind.TASK,
+                max_attempts=spec.retry.max_attempts,
+                overlap=Overlap.ALLOW,
+                payload=data,
+            )
+        )
+        self._wake()
+        return occ
+
+    async def trigger(self, job: str) -> Occurrence:
+        """Run ``job`` once now, outside its schedule (it still respects overlap, except
+        that ``skip`` queues instead: a trigger is never dropped silently)."""
+        store = await self._store()
+        defn = self.registry.jobs.get(job)
+        if defn is not None:
+            max_attempts = self.registry.task(defn.task).retry.max_attempts
+        else:
+            # Not defined in this process (the CLI, a dynamic schedule): use the record.
+            record = await store.job_get(job)
+            if record is None:
+                raise UnknownTaskError(f"unknown job {job!r}: expected a registered job name")
+            defn = JobDef.from_stored(record.name, record.task, record.schedule, record.payload)
+            max_attempts = int(record.schedule.get("max_attempts", 1))
+        now = await store.now()
+        overlap = Overlap.QUEUE if defn.policy.overlap is Overlap.SKIP else defn.policy.overlap
+        occ, _ = await store.occurrence_insert(
+            NewOccurrence(
+                dedupe_key=f"r:{uuid.uuid4().hex}",
+                job=defn.name,
+                task=defn.task,
+                scope="",
+                plan_time=now,
+                due_at=now,
+                kind=Kind.TRIGGER,
+                max_attempts=max_attempts,
+                overlap=overlap,
+                payload=defn.payload,
+            )
+        )
+        self._wake()
+        return occ
+
+    async def set_paused(self, job: str, paused: bool) -> None:
+        store = await self._store()
+        if not await store.job_set_paused(job, paused):
+            raise UnknownTaskError(f"unknown job {job!r}: expected a registered job name")
+        self._wake()
+
+    async def history(
+        self, job: str | None = None, state: str | State | None = None, limit: int = 100
+    ) -> list[Occurrence]:
+        if state is not None and not isinstance(state, State):
+            try:
+                state = State(state)
+            except ValueError:
+                allowed = ", ".join(s.value for s in State)
+                raise ConfigError(f"invalid state {state!r}: expected one of {allowed}") from None
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"invalid limit {limit!r}: expected an integer >= 1")
+        store = await self._store()
+        return await store.occurrence_list(job=job, state=state, limit=limit)
+
+    # -- dynamic schedules --------------------------------------------------------------------
+    async def schedule_add(
+        self,
+        name: str,
+        *,
+        task: str | Callable[..., Any],
+        schedule: Schedule,
+        payload: dict[str, Any] | None = None,
+        end: object = None,
+        max_runs: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        overlap: str = "skip",
+        catch_up: str = "latest",
+        catch_up_window: object = None,
+    ) -> JobRecord:
+        check_name(name, "schedule name")
+        if name in self.registry.jobs or name in self.registry.tasks:
+            raise DuplicateJobError(f"a job or task named {name!r} is defined in code")
+        spec = self._task(task)
+        if not isinstance(schedule, Schedule):
+            raise ConfigError(
+                f"invalid schedule {schedule!r}: expected cron(...), every(...) or at(...)"
+            )
+        data = validate_payload(payload)
+        _check_binds(spec, data)
+        schedule = schedule.with_limits(end=end, max_runs=max_runs)
+        job = JobDef(
+            name=name,
+            task=spec.name,
+            schedule=schedule,
+            policy=JobPolicy.build(catch_up, catch_up_window, overlap),
+            payload=data,
+            dynamic=True,
+        )
+        store = await self._store()
+        record = JobRecord(
+            name=name,
+            task=spec.name,
+            schedule=job.stored_schedule(spec.retry.max_attempts),
+            dynamic=True,
+            payload=data,
+            metadata=validate_payload(metadata, what="metadata"),
+            created_at=await store.now(),
+        )
+        await store.job_add(record)
+        self._wake()
+        return record
+
+    async def schedule_get(self, name: str) -> JobRecord | None:
+        store = await self._store()
+        record = await store.job_get(name)
+        return record if record is not None and record.dynamic else None
+
+    async def schedule_delete(self, name: str) -> bool:
+        store = await self._store()
+        record = await store.job_get(name)
+        if record is None or not record.dynamic:
+            return False
+        return await store.job_delete(name)
+
+    async def schedule_list(self) -> list[JobRecord]:
+        store = await self._store()
+        return [r for r in await store.job_list() if r.dynamic]
+
+    def _task(self, task: str | Callable[..., Any]) -> TaskDef:
+        if isinstance(task, str):
+            return self.registry.task(task)
+        for spec in self.registry.tasks.values():
+            if spec.fn is task:
+                return spec
+        raise UnknownTaskError(
+            f"unknown task {task!r}: decorate it with @app.task before enqueueing it"
+        )
+
+
+def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
+    """Reject at enqueue time a payload the handler could never accept."""
+    try:
+        signature = inspect.signature(spec.fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, **payload)
+    except TypeError as exc:
+        raise PayloadError(
+            f"payload {payload!r} does not fit task {spec.name!r}{signature}: {exc}"
+        ) from None
+
+
+__all__ = ["Operations"]

@@ -1,0 +1,175 @@
+"""Definitions made in code: tasks (handlers) and jobs (a task plus a schedule and policies).
+
+Everything here is validated when it is defined, so a mistake fails at import time with the
+bad value in the message, not at 2 a.m. when the job is due.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from soloist.durations import parse_duration
+from soloist.errors import ConfigError, DuplicateJobError, UnknownTaskError
+from soloist.models import CatchUp, JSONDict, Overlap
+from soloist.retry import RetryPolicy
+from soloist.schedules import Schedule, schedule_from_dict
+
+Handler = Callable[..., Any]
+ScopeProvider = Callable[[datetime], Iterable[str] | Awaitable[Iterable[str]]]
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    """A named handler with its retry and timeout policy."""
+
+    name: str
+    fn: Handler
+    retry: RetryPolicy
+    timeout: timedelta | None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+
+@dataclass(frozen=True)
+class JobPolicy:
+    """How a recurring job behaves around downtime and overlapping runs."""
+
+    catch_up: CatchUp = CatchUp.LATEST
+    catch_up_window: timedelta | None = None
+    overlap: Overlap = Overlap.SKIP
+
+    @classmethod
+    def build(cls, catch_up: object, catch_up_window: object, overlap: object) -> JobPolicy:
+        return cls(
+            catch_up=_enum(CatchUp, catch_up, "catch_up"),
+            catch_up_window=(
+                None
+                if catch_up_window is None
+                else parse_duration(catch_up_window, what="catch_up_window")
+            ),
+            overlap=_enum(Overlap, overlap, "overlap"),
+        )
+
+    def to_dict(self) -> JSONDict:
+        window = self.catch_up_window
+        return {
+            "catch_up": self.catch_up.value,
+            "catch_up_window_s": window.total_seconds() if window is not None else None,
+            "overlap": self.overlap.value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONDict) -> JobPolicy:
+        return cls.build(
+            data.get("catch_up", CatchUp.LATEST.value),
+            data.get("catch_up_window_s"),
+            data.get("overlap", Overlap.SKIP.value),
+        )
+
+
+@dataclass(frozen=True)
+class JobDef:
+    """A recurring job: which task runs, on which schedule, with which policies.
+
+    Jobs defined in code carry ``scopes`` (a provider of scope keys) and run their own
+    handler; dynamic schedules name a registered task and carry a stored payload.
+    """
+
+    name: str
+    task: str
+    schedule: Schedule
+    policy: JobPolicy
+    payload: JSONDict
+    scopes: ScopeProvider | None = None
+    dynamic: bool = False
+
+    def stored_schedule(self, max_attempts: int) -> JSONDict:
+        """The JSON stored in the job record: the schedule, the policies, and the attempts
+        its task allows (so that a process without the code, such as the CLI, can trigger
+        it)."""
+        return {
+            "schedule": self.schedule.to_dict(),
+            "max_attempts": max_attempts,
+            **self.policy.to_dict(),
+        }
+
+    @classmethod
+    def from_stored(cls, name: str, task: str, stored: JSONDict, payload: JSONDict) -> JobDef:
+        """Rebuild a dynamic schedule from its job record."""
+        return cls(
+            name=name,
+            task=task,
+            schedule=schedule_from_dict(stored["schedule"]),
+            policy=JobPolicy.from_dict(stored),
+            payload=payload,
+            dynamic=True,
+        )
+
+
+class Registry:
+    """Tasks and jobs known to this process, by name."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, TaskDef] = {}
+        self.jobs: dict[str, JobDef] = {}
+
+    def add_task(self, task: TaskDef) -> None:
+        if task.name in self.tasks:
+            raise DuplicateJobError(f"a task or job named {task.name!r} is already registered")
+        self.tasks[task.name] = task
+
+    def add_job(self, job: JobDef, task: TaskDef) -> None:
+        if job.name in self.jobs or task.name in self.tasks:
+            raise DuplicateJobError(f"a task or job named {job.name!r} is already registered")
+        self.tasks[task.name] = task
+        self.jobs[job.name] = job
+
+    def task(self, name: str) -> TaskDef:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTaskError(
+                f"unknown task {name!r}: expected one of the registered tasks ({known})"
+            ) from None
+
+
+def check_name(name: object, what: str = "job name") -> str:
+    """Names are non-empty strings without control characters (they appear in keys)."""
+    if not isinstance(name, str) or not name.strip() or any(ord(c) < 32 for c in name):
+        raise ConfigError(f"invalid {what} {name!r}: expected a non-empty printable string")
+    return name
+
+
+def build_task(
+    fn: Handler,
+    name: str | None,
+    retries: object,
+    backoff: object,
+    backoff_base: object,
+    backoff_cap: object,
+    timeout: object,
+) -> TaskDef:
+    if not callable(fn):
+        raise ConfigError(f"invalid handler {fn!r}: expected a function")
+    task_name = check_name(name if name is not None else getattr(fn, "__name__", None), "name")
+    return TaskDef(
+        name=task_name,
+        fn=fn,
+        retry=RetryPolicy.build(retries, backoff, backoff_base, backoff_cap),
+        timeout=None if timeout is None else parse_duration(timeout, what="timeout"),
+    )
+
+
+def _enum(kind: Any, value: object, what: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in kind)
+        raise ConfigError(f"invalid {what} {value!r}: expected one of {allowed}") from None

@@ -1,0 +1,273 @@
+"""The executor claims due occurrences and runs their handlers.
+
+Claims take as many occurrences as there are free slots in one store call. Sync handlers
+run in a thread pool, async handlers on the event loop; ``timeout`` cancels an async
+handler (a sync handler cannot be interrupted: its run is recorded as ``timeout`` and its
+late result is ignored). Every outcome is written fenced by the fencing token: if the
+lease was lost meanwhile, the write is rejected by the store and only logged here.
+
+When idle, the executor sleeps exactly until the next due occurrence, or ``poll_interval``
+at most (other instances may enqueue work that this process cannot see being written);
+work created in this process (enqueue, trigger, planning, a reaped lease) wakes it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from soloist.clock import Clock, monotonic
+from soloist.context import JobContext
+from soloist.errors import LeaseLostError
+from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
+from soloist.payload import summarise_result
+from soloist.registry import Registry, TaskDef
+from soloist.runtime.service import Service, log
+from soloist.stores.base import Store
+
+#: How soon to look again when due work exists that could not be claimed (overlap=queue).
+BLOCKED_RECHECK = 0.2
+
+
+@dataclass
+class Run:
+    """One attempt this instance is running."""
+
+    occ: Occurrence
+    ctx: JobContext
+    lease_deadline: float
+    task: asyncio.Task[None] | None = None
+    released: bool = False
+    cancelled_for_lease: bool = False
+    started: float = field(default_factory=monotonic)
+
+    @property
+    def claim(self) -> Claimed:
+        return Claimed(self.occ.id, self.occ.fencing_token)
+
+
+class Executor(Service):
+    name = "executor"
+
+    def __init__(
+        self,
+        clock: Clock,
+        instance_id: str,
+        store: Store,
+        registry: Registry,
+        *,
+        concurrency: int,
+        lease_ttl: timedelta,
+        poll_interval: timedelta,
+    ) -> None:
+        super().__init__(clock, instance_id)
+        self.store = store
+        self.registry = registry
+        self.concurrency = concurrency
+        self.lease_ttl = lease_ttl
+        self.poll_interval = poll_interval.total_seconds()
+        self.active: dict[str, Run] = {}
+        self.claiming = True
+        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="soloist-worker")
+        self.counts = {state: 0 for state in ("succeeded", "failed", "dead", "fenced")}
+
+    async def tick(self) -> float:
+        if not self.claiming:
+            return self.poll_interval
+        free = self.concurrency - len(self.active)
+        tasks = list(self.registry.tasks)
+        if free <= 0 or not tasks:
+            return self.poll_interval  # a finishing run wakes us
+        claimed = await self.store.occurrence_claim(self.instance_id, tasks, free, self.lease_ttl)
+        for occ in claimed:
+            self._start(occ)
+        if len(claimed) == free:
+            return 0.0
+        next_due = await self.store.occurrence_next_due(tasks)
+        if next_due is None:
+            return self.poll_interval
+        delay = (next_due - await self.store.now()).total_seconds()
+        if delay <= 0:
+            return min(self.poll_interval, BLOCKED_RECHECK)
+        return min(delay, self.poll_interval)
+
+    def _start(self, occ: Occurrence) -> None:
+        loop = asyncio.get_running_loop()
+
+        async def renew() -> bool:
+            return await self.renew([occ.id])
+
+        ctx = JobContext.for_occurrence(occ, self.instance_id, log, renew, loop)
+        run = Run(occ, ctx, lease_deadline=monotonic() + self.lease_ttl.total_seconds())
+        self.active[occ.id] = run
+        run.task = asyncio.create_task(self._run(run), name=f"soloist-run-{occ.id}")
+        run.task.add_done_callback(lambda _: self._finished(occ.id))
+        ctx.logger.info(
+            "claimed %s (plan %s, attempt %d, token %d)",
+            occ.job,
+            occ.plan_time.isoformat(),
+            occ.attempt,
+            occ.fencing_token,
+            extra={"action": "claimed"},
+        )
+
+    def _finished(self, occurrence_id: str) -> None:
+        self.active.pop(occurrence_id, None)
+        self.wake()
+
+    async def _run(self, run: Run) -> None:
+        occ, ctx = run.occ, run.ctx
+        task = self.registry.task(occ.task)
+        code: ErrorCode | None = None
+        message: str | None = None
+        result: Any = None
+        try:
+            result = await self._invoke(task, ctx, occ)
+        except LeaseLostError as exc:
+            code, message = ErrorCode.LEASE_LOST, str(exc)
+        except (asyncio.TimeoutError, TimeoutError) as exc:
+            code = ErrorCode.TIMEOUT
+            message = f"timed out after {task.timeout}" if task.timeout else repr(exc)
+        except asyncio.CancelledError:
+            if run.released:
+                return  # graceful shutdown: the lease was handed back
+            if not run.cancelled_for_lease:
+                raise
+            code, message = ErrorCode.LEASE_LOST, "lease lost while running; cancelled"
+        except Exception as exc:
+            code = ErrorCode.HANDLER_ERROR
+            message = _describe(exc)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt raised by a handler
+            code = ErrorCode.HANDLER_PANIC
+            message = _describe(exc)
+        if run.released:
+            return
+        await self._record(run, task, code, message, result)
+
+    async def _invoke(self, task: TaskDef, ctx: JobContext, occ: Occurrence) -> Any:
+        timeout = task.timeout.total_seconds() if task.timeout else None
+        if task.is_async:
+            return await asyncio.wait_for(task.fn(ctx, **occ.payload), timeout)
+        loop = asyncio.get_running_loop()
+        call = functools.partial(task.fn, ctx, **occ.payload)
+        return await asyncio.wait_for(loop.run_in_executor(self.pool, call), timeout)
+
+    async def _record(
+        self,
+        run: Run,
+        task: TaskDef,
+        code: ErrorCode | None,
+        message: str | None,
+        result: Any,
+    ) -> None:
+        occ, ctx = run.occ, run.ctx
+        duration = monotonic() - run.started
+        if code is None:
+            outcome = Outcome(
+                occ.id, occ.fencing_token, State.SUCCEEDED, result=summarise_result(result)
+            )
+        elif occ.attempt < occ.max_attempts and code is not ErrorCode.LEASE_LOST:
+            retry_at = await self.store.now() + task.retry.delay(occ.attempt)
+            outcome = Outcome(
+                occ.id, occ.fencing_token, State.FAILED, code.value, message, retry_at=retry_at
+            )
+        else:
+            outcome = Outcome(occ.id, occ.fencing_token, State.DEAD, code.value, message)
+        applied = await self.store.occurrence_complete(self.instance_id, [outcome])
+        if occ.id not in applied:
+            self.counts["fenced"] += 1
+            ctx.logger.warning(
+                "lease of %s (plan %s) was lost: result %s fenced out",
+                occ.job,
+                occ.plan_time.isoformat(),
+                outcome.state.value,
+                extra={"action": "fenced", "error_code": ErrorCode.LEASE_LOST.value},
+            )
+            return
+        self.counts[outcome.state.value] += 1
+        fields = {"action": outcome.state.value, "duration_s": round(duration, 6)}
+        if code is None:
+            ctx.logger.info("succeeded %s in %.3fs", occ.job, duration, extra=fields)
+        else:
+            fields["error_code"] = code.value
+            ctx.logger.warning(
+                "%s %s (%s): %s%s",
+                "retrying" if outcome.state is State.FAILED else "gave up on",
+                occ.job,
+                code.value,
+                message,
+                f"; next attempt at {outcome.retry_at.isoformat()}" if outcome.retry_at else "",
+                extra=fields,
+            )
+
+    async def renew(self, ids: list[str]) -> bool:
+        """Renew the leases of ``ids`` now; mark lost ones. True if all were renewed."""
+        runs = [self.active[i] for i in ids if i in self.active]
+        if not runs:
+            return False
+        renewed = await self.store.lease_renew(
+            self.instance_id, [r.claim for r in runs], self.lease_ttl
+        )
+        deadline = monotonic() + self.lease_ttl.total_seconds()
+        for run in runs:
+            if run.occ.id in renewed:
+                run.lease_deadline = deadline
+            else:
+                self.lose(run)
+        return len(renewed) == len(runs)
+
+    def lose(self, run: Run) -> None:
+        """The lease of ``run`` is gone: tell the handler, cancel it if it is async."""
+        if run.ctx.lease_lost:
+            return
+        run.ctx.lease_lost = True
+        run.ctx.logger.warning(
+            "lost the lease of %s (plan %s)",
+            run.occ.job,
+            run.occ.plan_time.isoformat(),
+            extra={"action": "lease_lost"},
+        )
+        if run.task is not None and self.registry.task(run.occ.task).is_async:
+            run.cancelled_for_lease = True
+            run.task.cancel()
+
+    async def drain(self, grace: float) -> None:
+        """Graceful stop: claim nothing more, let running handlers finish for ``grace``
+        seconds, then hand the leases of the rest back so another instance runs them."""
+        self.claiming = False
+        await self.stop()
+        pending = [r.task for r in self.active.values() if r.task is not None]
+        if pending:
+            sleeper = asyncio.ensure_future(self.clock.sleep(grace))
+            remaining = set(pending)
+            try:
+                while remaining and not sleeper.done():
+                    await asyncio.wait([*remaining, sleeper], return_when=asyncio.FIRST_COMPLETED)
+                    remaining = {t for t in remaining if not t.done()}
+            finally:
+                sleeper.cancel()
+        leftovers = list(self.active.values())
+        if leftovers:
+            for run in leftovers:
+                run.released = True
+                if run.task is not None and self.registry.task(run.occ.task).is_async:
+                    run.task.cancel()
+            released = await self.store.lease_release(
+                self.instance_id, [r.claim for r in leftovers]
+            )
+            log.warning(
+                "grace period over: released %d running occurrence(s) for another instance",
+                len(released),
+                extra={"action": "released", "instance_id": self.instance_id},
+            )
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _describe(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text if len(text) <= 2000 else text[:2000] + "..."

@@ -1,0 +1,113 @@
+"""A named long-running loop with start/stop that is safe to call twice.
+
+Each service does one thing per ``tick`` and says how long to wait before the next one;
+``wake()`` cuts the wait short (new work arrived). A tick that raises is logged and
+retried with backoff: a store outage must not kill the loop.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+from typing import Any
+
+from soloist.clock import Clock
+
+log = logging.getLogger("soloist")
+
+MAX_ERROR_BACKOFF = 5.0
+
+
+class Service(abc.ABC):
+    """Base of planner, executor, heartbeater and reaper."""
+
+    name = "service"
+
+    def __init__(self, clock: Clock, instance_id: str) -> None:
+        self.clock = clock
+        self.instance_id = instance_id
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self.stopping = False
+        self._errors = 0
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self.stopping = False
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._main(), name=f"soloist-{self.name}")
+
+    async def stop(self) -> None:
+        """Ask the loop to finish its tick and exit, then wait for it. Safe twice."""
+        task = self._task
+        if task is None:
+            return
+        self.stopping = True
+        self.wake()
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
+        self._task = None
+        self.log(logging.DEBUG, "stopped", action="stop")
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    @abc.abstractmethod
+    async def tick(self) -> float:
+        """Do one round of work; return the seconds to wait before the next round."""
+
+    async def _main(self) -> None:
+        self.log(logging.DEBUG, "started", action="start")
+        while not self.stopping:
+            try:
+                delay = await self.tick()
+                self._errors = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._errors += 1
+                delay = min(MAX_ERROR_BACKOFF, 0.1 * 2**self._errors)
+                self.log(
+                    logging.WARNING,
+                    "%s failed (%s: %s); retrying in %.1fs",
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                    action="error",
+                )
+            if not self.stopping:
+                await self.wait(delay)
+
+    async def wait(self, seconds: float) -> None:
+        """Sleep on the service clock for ``seconds``, or until woken or stopped."""
+        wake = self._wake
+        assert wake is not None
+        if not wake.is_set() and seconds > 0:
+            sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+            waiter = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                waiter.cancel()
+        wake.clear()
+
+    def log(self, level: int, msg: str, *args: Any, action: str, **fields: Any) -> None:
+        log.log(
+            level,
+            msg,
+            *args,
+            extra={"action": action, "service": self.name, "instance_id": self.instance_id}
+            | fields,
+        )

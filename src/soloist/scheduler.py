@@ -1,0 +1,376 @@
+"""The public facade: define jobs and tasks, then run the workers or call operations.
+
+:class:`Scheduler` is thin. Definitions go to a :class:`Registry`, short operations to
+:class:`Operations` (async, with sync twins here), and the long-running services to a
+:class:`Runtime` that :meth:`Scheduler.serve` starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, overload
+
+from soloist.clock import Clock, SystemClock
+from soloist.config import Config
+from soloist.errors import ConfigError, SoloistError
+from soloist.models import JobRecord, Occurrence, State
+from soloist.operations import Operations
+from soloist.registry import (
+    Handler,
+    JobDef,
+    JobPolicy,
+    Registry,
+    ScopeProvider,
+    build_task,
+    check_name,
+)
+from soloist.runtime import Runtime
+from soloist.schedules import Schedule
+from soloist.stores import open_store
+from soloist.stores.base import Store
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Handler)
+
+
+class Scheduler:
+    """One app's jobs and tasks, bound to a store.
+
+    ``Scheduler()`` uses ``SOLOIST_STORE_URL`` or ``sqlite:///soloist.db``. Every
+    argument may also come from the environment (see :class:`soloist.config.Config`).
+    """
+
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        mode: str | None = None,
+        instance_id: str | None = None,
+        lease_ttl: object = None,
+        heartbeat: object = None,
+        concurrency: int = 10,
+        poll_interval: object = "1s",
+        grace_period: object = "30s",
+        misfire_grace: object = "10s",
+        clock: Clock | None = None,
+    ) -> None:
+        url = store.url if isinstance(store, Store) else store
+        if url is not None and not isinstance(url, str):
+            raise ConfigError(f"invalid store {store!r}: expected a URL or a Store")
+        self.config = Config.resolve(
+            url,
+            instance_id=instance_id,
+            mode=mode,
+            lease_ttl=lease_ttl,
+            heartbeat=heartbeat,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            grace_period=grace_period,
+            misfire_grace=misfire_grace,
+        )
+        self.clock: Clock = clock or SystemClock()
+        self._given_store = store if isinstance(store, Store) else None
+        self._store: Store | None = None
+        self._store_ready = False
+        self.registry = Registry()
+        self.ops = Operations(self._ready_store, self.registry, self._wake)
+        self.schedules = Schedules(self)
+        self._runtime: Runtime | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested: asyncio.Event | None = None
+
+    # -- definitions --------------------------------------------------------------------------
+    def job(
+        self,
+        schedule: Schedule,
+        *,
+        name: str | None = None,
+        retries: int = 0,
+        backoff: str = "exponential",
+        backoff_base: object = "1s",
+        backoff_cap: object = "10m",
+        timeout: object = None,
+        catch_up: str = "latest",
+        catch_up_window: object = None,
+        overlap: str = "skip",
+        scopes: ScopeProvider | None = None,
+    ) -> Callable[[F], F]:
+        """Decorate ``fn(ctx)`` to run on ``schedule`` once per planned instant (and scope)."""
+        if not isinstance(schedule, Schedule):
+            raise ConfigError(
+                f"invalid schedule {schedule!r}: expected cron(...), every(...) or at(...)"
+            )
+        if schedule.relative:
+            raise ConfigError(
+                f"invalid schedule {schedule.describe()}: a delay in at() is resolved by each "
+                "process at import, so every instance would plan its own run; give an "
+                "absolute time, or use enqueue(..., delay=...)"
+            )
+        policy = JobPolicy.build(catch_up, catch_up_window, overlap)
+        if scopes is not None and not callable(scopes):
+            raise ConfigError(f"invalid scopes {scopes!r}: expected a function of now")
+
+        def decorate(fn: F) -> F:
+            task = build_task(fn, name, retries, backoff, backoff_base, backoff_cap, timeout)
+            job = JobDef(task.name, task.name, schedule, policy, {}, scopes)
+            self.registry.add_job(job, task)
+            return fn
+
+        return decorate
+
+    @overload
+    def task(self, fn: F, /) -> F: ...
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        retries: int = 0,
+        backoff: str = "exponential",
+        backoff_base: object = "1s",
+        backoff_cap: object = "10m",
+        timeout: object = None,
+    ) -> Callable[[F], F]: ...
+
+    def task(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        retries: int = 0,
+        backoff: str = "exponential",
+        backoff_base: object = "1s",
+        backoff_cap: object = "10m",
+        timeout: object = None,
+    ) -> F | Callable[[F], F]:
+        """Decorate ``fn(ctx, **payload)`` as a task that ``enqueue`` can queue."""
+
+        def decorate(handler: F) -> F:
+            self.registry.add_task(
+                build_task(handler, name, retries, backoff, backoff_base, backoff_cap, timeout)
+            )
+            return handler
+
+        return decorate(fn) if fn is not None else decorate
+
+    # -- operations (async, then sync twins) ---------------------------------------------------
+    async def aenqueue(
+        self,
+        task: str | Callable[..., Any],
+        /,
+        *,
+        delay: object = None,
+        at: object = None,
+        key: str | None = None,
+        **payload: Any,
+    ) -> str:
+        """Queue ``task(ctx, **payload)``; returns the occurrence id (the existing one if
+        ``key`` was used before)."""
+        occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key)
+        return occ.id
+
+    def enqueue(
+        self,
+        task: str | Callable[..., Any],
+        /,
+        *,
+        delay: object = None,
+        at: object = None,
+        key: str | None = None,
+        **payload: Any,
+    ) -> str:
+        """Sync twin of :meth:`aenqueue` (e.g. from a Django view)."""
+        return self._call(self.aenqueue(task, delay=delay, at=at, key=key, **payload))
+
+    async def atrigger(self, job: str) -> str:
+        return (await self.ops.trigger(job)).id
+
+    def trigger(self, job: str) -> str:
+        """Run ``job`` once now; returns the occurrence id."""
+        return self._call(self.atrigger(job))
+
+    async def apause(self, job: str) -> None:
+        await self.ops.set_paused(job, True)
+
+    def pause(self, job: str) -> None:
+        """Stop planning ``job`` on every instance (instants while paused are skipped)."""
+        self._call(self.apause(job))
+
+    async def aresume(self, job: str) -> None:
+        await self.ops.set_paused(job, False)
+
+    def resume(self, job: str) -> None:
+        self._call(self.aresume(job))
+
+    async def ahistory(
+        self, job: str | None = None, state: str | State | None = None, limit: int = 100
+    ) -> list[Occurrence]:
+        return await self.ops.history(job, state, limit)
+
+    def history(
+        self, job: str | None = None, state: str | State | None = None, limit: int = 100
+    ) -> list[Occurrence]:
+        """The audit history, newest plan time first."""
+        return self._call(self.ahistory(job, state, limit))
+
+    # -- running ------------------------------------------------------------------------------
+    @property
+    def instance_id(self) -> str:
+        return self.config.instance_id
+
+    @property
+    def runtime(self) -> Runtime | None:
+        return self._runtime
+
+    async def start(self) -> None:
+        """Start planning and executing in the running event loop (e.g. an ASGI lifespan)."""
+        if self._runtime is not None:
+            return
+        store = await self._ready_store()
+        self._loop = asyncio.get_running_loop()
+        self._runtime = Runtime(store, self.registry, self.config, self.clock)
+        await self._runtime.start()
+
+    async def stop(self) -> None:
+        """Stop gracefully (see :class:`Runtime`) and close the store. Safe twice."""
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            await runtime.stop()
+        self._loop = None
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        store, self._store = self._store, None
+        self._store_ready = False
+        if store is not None and store is not self._given_store:
+            await store.close()
+
+    async def serve(self, *, handle_signals: bool = False) -> None:
+        """Run until cancelled or :meth:`request_stop`; then stop gracefully."""
+        self._stop_requested = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
+                installed.append(sig)
+        try:
+            await self.start()
+            await self._stop_requested.wait()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await asyncio.shield(self.stop())
+
+    def request_stop(self) -> None:
+        """Ask :meth:`serve` to stop gracefully (what SIGTERM does)."""
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    def run(self) -> None:
+        """Blocking: run the workers until SIGTERM or Ctrl-C, then stop gracefully."""
+        asyncio.run(self.serve(handle_signals=True))
+
+    # -- plumbing -----------------------------------------------------------------------------
+    async def _ready_store(self) -> Store:
+        if self._store is None:
+            self._store = self._given_store or open_store(self.config.store_url, clock=None)
+        if not self._store_ready:
+            await self._store.migrate()
+            self._store_ready = True
+        return self._store
+
+    def _wake(self) -> None:
+        if self._runtime is not None:
+            self._runtime.wake()
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a short operation from sync code: on the scheduler's loop if it runs in
+        another thread, else on a private loop."""
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None:
+            coro.close()
+            raise SoloistError(
+                "this sync call was made inside a running event loop; use its async twin "
+                "(aenqueue, atrigger, apause, aresume, ahistory, schedules.aadd...)"
+            )
+        if loop is not None and loop.is_running():
+            return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return asyncio.run(self._run_private(coro))
+
+    async def _run_private(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            return await coro
+        finally:
+            # The private loop goes away: a store opened here must not outlive it.
+            if self._runtime is None:
+                await self.aclose()
+
+
+class Schedules:
+    """Dynamic schedules stored in the store, so that every instance sees them."""
+
+    def __init__(self, app: Scheduler) -> None:
+        self._app = app
+
+    async def aadd(self, name: str, **options: Any) -> JobRecord:
+        return await self._app.ops.schedule_add(name, **options)
+
+    def add(
+        self,
+        name: str,
+        *,
+        task: str | Callable[..., Any],
+        schedule: Schedule,
+        payload: dict[str, Any] | None = None,
+        end: object = None,
+        max_runs: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        overlap: str = "skip",
+        catch_up: str = "latest",
+        catch_up_window: object = None,
+    ) -> JobRecord:
+        """Store a schedule that runs ``task`` with ``payload``; every instance plans it."""
+        check_name(name, "schedule name")
+        return self._app._call(
+            self.aadd(
+                name,
+                task=task,
+                schedule=schedule,
+                payload=payload,
+                end=end,
+                max_runs=max_runs,
+                metadata=metadata,
+                overlap=overlap,
+                catch_up=catch_up,
+                catch_up_window=catch_up_window,
+            )
+        )
+
+    async def aget(self, name: str) -> JobRecord | None:
+        return await self._app.ops.schedule_get(name)
+
+    def get(self, name: str) -> JobRecord | None:
+        return self._app._call(self.aget(name))
+
+    async def adelete(self, name: str) -> bool:
+        return await self._app.ops.schedule_delete(name)
+
+    def delete(self, name: str) -> bool:
+        return self._app._call(self.adelete(name))
+
+    async def alist(self) -> list[JobRecord]:
+        return await self._app.ops.schedule_list()
+
+    def list(self) -> list[JobRecord]:
+        return self._app._call(self.alist())

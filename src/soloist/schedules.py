@@ -1,0 +1,540 @@
+"""Schedules: when a job should run, as pure, immutable values.
+
+A schedule answers one question, :meth:`Schedule.next_after`: the first planned instant
+strictly after an aware datetime ``t``, or ``None`` once the schedule has ended. It never
+reads the clock (the single exception: :func:`at` with a delay and no ``now``) and does
+no I/O, so every process computes the same instants, and tests can ask about any time.
+
+Options shared by ``cron`` and ``every``: ``start`` (no instant before it), ``end`` (no
+instant after it), ``max_runs`` (stored only: the planner counts runs) and ``jitter``.
+``start`` and ``end`` accept an aware datetime, an RFC 3339 string (``Z`` allowed) or a
+date-only string ``"2027-01-01"``, which means midnight UTC of that day.
+
+Cron and daylight saving time follow system (Vixie/Debian) cron. An expression is
+*fixed-time* when neither its minute nor its hour field starts with ``*`` (the test of
+Debian cron and cronsim):
+
+* fixed-time: a wall time that the spring-forward gap skips runs once, at the transition
+  instant (the first real wall time after the gap); a wall time that falls back repeats
+  runs once, in its first pass (``fold=0``).
+* otherwise (``*/15 * * * *``, ``0 * * * *``): real elapsed time. Instants are the ones
+  whose wall time matches, so both passes of a repeated hour fire and a skipped hour has
+  none.
+
+cronsim does the calendar maths, but its DST handling is not used, because it covers
+5-field expressions only, returns a time *before* ``t`` when ``t`` lies in the second pass
+of a repeated hour, and skips matches after 30-minute shifts (Australia/Lord_Howe). So:
+
+* fixed-time expressions (5 or 6 fields) iterate cronsim on *naive* wall-clock times
+  starting from ``t``'s wall time; each match maps to an instant (ambiguous -> first
+  pass, imaginary -> transition instant) and iteration goes on until the instant is
+  strictly after ``t``. That guard is what stops a second run in the repeated hour.
+* other expressions run cronsim in the fixed UTC offset in force at ``t``; if the zone's
+  offset changes before the candidate, the search restarts at the change with the new
+  offset. Changes are found by probing the offset a day apart and bisecting, which
+  assumes a zone never changes its offset twice within one day.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from soloist.durations import parse_duration
+from soloist.errors import ConfigError, ScheduleError
+
+__all__ = [
+    "CronSchedule",
+    "IntervalSchedule",
+    "OneShotSchedule",
+    "Schedule",
+    "at",
+    "cron",
+    "every",
+    "schedule_from_dict",
+]
+
+DurationLike = timedelta | str | float
+InstantLike = datetime | str
+
+_UTC = timezone.utc
+_EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
+_ONE_US = timedelta(microseconds=1)
+_MIN_INTERVAL = timedelta(milliseconds=1)
+_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_CRON_EXPECTED = (
+    "expected 5 fields (minute hour day month weekday) or 6 with leading seconds, "
+    "or an alias such as '@daily'"
+)
+_WHEN_EXPECTED = (
+    "expected an aware datetime, an RFC 3339 string such as '2026-12-01T09:00:00+01:00', "
+    "or a delay such as '10s'"
+)
+_DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_OPTION_KEYS = frozenset({"start", "end", "max_runs", "jitter_s"})
+
+
+def _micros(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _duration(value: object, what: str, *, allow_zero: bool = False) -> timedelta:
+    try:
+        return parse_duration(value, what=what, allow_zero=allow_zero)
+    except ConfigError as exc:
+        raise ScheduleError(str(exc)) from exc
+
+
+def _parse_rfc3339(text: str) -> datetime | None:
+    """``text`` as a datetime (possibly naive), or None; ``Z`` works on Python 3.10 too."""
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _instant(value: object, what: str) -> datetime | None:
+    """``value`` as an aware UTC datetime; a date-only string is midnight UTC."""
+    if value is None:
+        return None
+    parsed = value
+    if isinstance(value, str):
+        text = value.strip()
+        if _DATE_ONLY.fullmatch(text):
+            try:
+                day = date.fromisoformat(text)
+            except ValueError:
+                day = None
+            parsed = None if day is None else datetime(day.year, day.month, day.day, tzinfo=_UTC)
+        else:
+            parsed = _parse_rfc3339(text)
+    if not isinstance(parsed, datetime):
+        raise ScheduleError(
+            f"invalid {what} {value!r}: expected an aware datetime, an RFC 3339 string such "
+            "as '2026-12-01T09:00:00+01:00', or a date such as '2027-01-01' (midnight UTC)"
+        )
+    if parsed.utcoffset() is None:
+        raise ScheduleError(
+            f"invalid {what} {value!r}: it has no UTC offset; give an aware datetime or a "
+            "string with an offset such as '2026-12-01T09:00:00+01:00'"
+        )
+    return parsed.astimezone(_UTC)
+
+
+def _offset_change(zone: ZoneInfo, lo: datetime, hi: datetime) -> datetime | None:
+    """First instant in ``(lo, hi]`` whose UTC offset in ``zone`` differs from ``lo``'s."""
+    base = lo.astimezone(zone).utcoffset()
+    cursor = lo
+    while cursor < hi:
+        probe = min(cursor + timedelta(days=1), hi)
+        if probe.astimezone(zone).utcoffset() != base:
+            same, other = 0, _micros(probe - cursor)
+            while other - same > 1:
+                mid = (same + other) // 2
+                mid_offset = (cursor + timedelta(microseconds=mid)).astimezone(zone).utcoffset()
+                same, other = (mid, other) if mid_offset == base else (same, mid)
+            return cursor + timedelta(microseconds=other)
+        cursor = probe
+    return None
+
+
+def _wall_to_instant(wall: datetime, zone: ZoneInfo) -> datetime:
+    """Naive wall time -> instant: first pass if ambiguous, transition if imaginary."""
+    instant = wall.replace(tzinfo=zone, fold=0).astimezone(_UTC)
+    if instant.astimezone(zone).replace(tzinfo=None) == wall:
+        return instant
+    # In a gap, fold=1 reads the wall time with the later offset: an instant before the
+    # transition; fold=0 (above) gives one after it. The transition lies between.
+    before = wall.replace(tzinfo=zone, fold=1).astimezone(_UTC)
+    return _offset_change(zone, before, instant) or instant
+
+
+def _format_duration(delta: timedelta) -> str:
+    micros = _micros(delta)
+    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("m", 60_000_000)):
+        if micros % size == 0:
+            return f"{micros // size}{unit}"
+    if micros % 1_000_000 == 0:
+        return f"{micros // 1_000_000}s"
+    return f"{micros // 1000}ms" if micros % 1000 == 0 else f"{micros / 1e6:g}s"
+
+
+class Schedule(ABC):
+    """A planned sequence of instants; concrete schedules are frozen dataclasses.
+
+    ``start``/``end`` are aware UTC datetimes or None, ``max_runs`` a positive int or None
+    (not applied by :meth:`next_after`), ``jitter`` a positive timedelta or None.
+    """
+
+    start: datetime | None
+    end: datetime | None
+    max_runs: int | None
+    jitter: timedelta | None
+
+    @property
+    def relative(self) -> bool:
+        """True only for a one-shot schedule given as a delay from ``now``."""
+        return False
+
+    def next_after(self, t: datetime) -> datetime | None:
+        """First planned instant strictly after aware ``t``, in UTC; None once ended.
+
+        No instant is before ``start`` or after ``end``. Raises :class:`ScheduleError`
+        if ``t`` is naive.
+        """
+        if not isinstance(t, datetime) or t.utcoffset() is None:
+            raise ScheduleError(f"next_after needs an aware datetime, got {t!r}")
+        after = t.astimezone(_UTC)
+        if self.start is not None and after < self.start:
+            after = self.start - _ONE_US
+        try:
+            instant = self._first_after(after)
+        except OverflowError:  # past datetime.max: the schedule has nothing left
+            return None
+        if instant is None or (self.end is not None and instant > self.end):
+            return None
+        return instant
+
+    def jitter_offset(self, key: str) -> timedelta:
+        """Deterministic offset in ``[0, jitter)`` from the SHA-256 of ``key``; zero if none.
+
+        Every process computes the same value for the same key (no ``hash()`` salt).
+        """
+        if self.jitter is None:
+            return timedelta(0)
+        digest = hashlib.sha256(key.encode("utf-8")).digest()
+        return timedelta(microseconds=int.from_bytes(digest[:8], "big") % _micros(self.jitter))
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form; :func:`schedule_from_dict` is its exact inverse."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Short human text such as ``"every 90s"``."""
+
+    @abstractmethod
+    def _first_after(self, t: datetime) -> datetime | None:
+        """First instant strictly after UTC ``t``, ignoring ``start``/``end``."""
+
+    def _check_options(self) -> None:
+        start, end = _instant(self.start, "start"), _instant(self.end, "end")
+        if start is not None and end is not None and end <= start:
+            raise ScheduleError(
+                f"invalid end {end.isoformat()!r}: must be after start {start.isoformat()!r}"
+            )
+        runs = self.max_runs
+        if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+            raise ScheduleError(f"invalid max_runs {runs!r}: expected a positive integer")
+        if self.jitter is not None and (
+            not isinstance(self.jitter, timedelta) or self.jitter <= timedelta(0)
+        ):
+            raise ScheduleError(f"invalid jitter {self.jitter!r}: expected a positive duration")
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "end", end)
+
+    def _options_dict(self) -> dict[str, Any]:
+        return {
+            "start": None if self.start is None else self.start.isoformat(),
+            "end": None if self.end is None else self.end.isoformat(),
+            "max_runs": self.max_runs,
+            "jitter_s": None if self.jitter is None else self.jitter.total_seconds(),
+        }
+
+    def _options_text(self) -> str:
+        parts = [f"from {self.start.isoformat()}"] if self.start else []
+        parts += [f"until {self.end.isoformat()}"] if self.end else []
+        parts += [f"at most {self.max_runs} runs"] if self.max_runs else []
+        parts += [f"jitter {_format_duration(self.jitter)}"] if self.jitter else []
+        return "".join(f", {part}" for part in parts)
+
+
+@dataclass(frozen=True)
+class CronSchedule(Schedule):
+    """A cron expression evaluated in the IANA zone ``tz`` (DST rule: see module doc)."""
+
+    expr: str
+    tz: str = "UTC"
+    start: datetime | None = None
+    end: datetime | None = None
+    max_runs: int | None = None
+    jitter: timedelta | None = None
+    _zone: ZoneInfo = field(init=False, repr=False, compare=False)
+    _expanded: str = field(init=False, repr=False, compare=False)
+    _fixed_time: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expr, str):
+            raise ScheduleError(f"invalid cron expression {self.expr!r}: {_CRON_EXPECTED}")
+        expanded = _ALIASES.get(self.expr.strip().lower(), " ".join(self.expr.split()))
+        fields = expanded.split()
+        if expanded.startswith("@") or len(fields) not in (5, 6):
+            why = f"{len(fields)} fields"
+            if expanded.startswith("@"):
+                reboot = expanded.lower() == "@reboot"
+                why = "@reboot has no planned instant" if reboot else "unknown alias"
+            raise ScheduleError(f"invalid cron expression {self.expr!r}: {why}; {_CRON_EXPECTED}")
+        try:
+            next(CronSim(expanded, datetime(2000, 1, 1)))
+        except StopIteration:
+            raise ScheduleError(
+                f"invalid cron expression {self.expr!r}: it never fires (no date matches)"
+            ) from None
+        except Exception as exc:  # CronSimError, and whatever else garbage provokes
+            detail = str(exc) if isinstance(exc, CronSimError) else repr(exc)
+            raise ScheduleError(
+                f"invalid cron expression {self.expr!r}: {detail}; {_CRON_EXPECTED}"
+            ) from exc
+        try:
+            zone = ZoneInfo(self.tz)
+        except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
+            raise ScheduleError(
+                f"unknown time zone {self.tz!r}: expected an IANA name such as 'Europe/Berlin'"
+            ) from exc
+        minute, hour = fields[-5], fields[-4]
+        object.__setattr__(self, "_zone", zone)
+        object.__setattr__(self, "_expanded", expanded)
+        object.__setattr__(self, "_fixed_time", not (minute[0] == "*" or hour[0] == "*"))
+        self._check_options()
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": "cron", "expr", "tz", "start", "end", "max_runs", "jitter_s"}``."""
+        return {"type": "cron", "expr": self.expr, "tz": self.tz, **self._options_dict()}
+
+    def describe(self) -> str:
+        """E.g. ``"cron '*/5 * * * *' (UTC)"``."""
+        return f"cron {self.expr!r} ({self.tz}){self._options_text()}"
+
+    def _first_after(self, t: datetime) -> datetime | None:
+        if self._fixed_time:
+            wall = t.astimezone(self._zone).replace(tzinfo=None)
+            for match in CronSim(self._expanded, wall):
+                instant = _wall_to_instant(match, self._zone)
+                if instant > t:
+                    return instant
+            return None
+        after = segment = t
+        while True:
+            offset = segment.astimezone(self._zone).utcoffset()
+            assert offset is not None  # ZoneInfo always knows the offset of an instant
+            try:
+                found = next(CronSim(self._expanded, after.astimezone(timezone(offset))))
+            except StopIteration:
+                return None
+            candidate = found.astimezone(_UTC)
+            change = _offset_change(self._zone, segment, candidate)
+            if change is None:
+                return candidate
+            segment, after = change, change - _ONE_US
+
+
+@dataclass(frozen=True)
+class IntervalSchedule(Schedule):
+    """Instants ``anchor + k * interval``; anchor is ``start``, else the Unix epoch."""
+
+    interval: timedelta
+    start: datetime | None = None
+    end: datetime | None = None
+    max_runs: int | None = None
+    jitter: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.interval, timedelta) or self.interval < _MIN_INTERVAL:
+            raise ScheduleError(f"invalid interval {self.interval!r}: must be at least 1ms")
+        self._check_options()
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": "every", "interval_s", "start", "end", "max_runs", "jitter_s"}``."""
+        return {
+            "type": "every",
+            "interval_s": self.interval.total_seconds(),
+            **self._options_dict(),
+        }
+
+    def describe(self) -> str:
+        """E.g. ``"every 90s"``."""
+        return f"every {_format_duration(self.interval)}{self._options_text()}"
+
+    def _first_after(self, t: datetime) -> datetime | None:
+        anchor = self.start or _EPOCH
+        step = _micros(self.interval)
+        k = _micros(t - anchor) // step + 1  # integer maths: no float drift
+        return anchor + timedelta(microseconds=k * step)
+
+
+@dataclass(frozen=True)
+class OneShotSchedule(Schedule):
+    """A single instant ``when`` (UTC); ``relative`` if it came from a delay."""
+
+    when: datetime
+    relative: bool = False  # a field replacing the base property
+    jitter: timedelta | None = None
+    start: datetime | None = field(default=None, init=False)
+    end: datetime | None = field(default=None, init=False)
+    max_runs: int | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        when = _instant(self.when, "when")
+        if when is None:
+            raise ScheduleError(f"invalid when {self.when!r}: {_WHEN_EXPECTED}")
+        object.__setattr__(self, "when", when)
+        if not isinstance(self.relative, bool):
+            raise ScheduleError(f"invalid relative {self.relative!r}: expected a bool")
+        self._check_options()
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": "at", "when", "relative", "jitter_s"}``."""
+        jitter = self._options_dict()["jitter_s"]
+        return {
+            "type": "at",
+            "when": self.when.isoformat(),
+            "relative": self.relative,
+            "jitter_s": jitter,
+        }
+
+    def describe(self) -> str:
+        """E.g. ``"at 2026-12-01T08:00:00+00:00"``."""
+        return f"at {self.when.isoformat()}{self._options_text()}"
+
+    def _first_after(self, t: datetime) -> datetime | None:
+        return self.when if self.when > t else None
+
+
+def _jitter(value: object) -> timedelta | None:
+    if value is None:
+        return None
+    delta = _duration(value, "jitter", allow_zero=True)
+    return delta or None
+
+
+def cron(
+    expr: str,
+    tz: str = "UTC",
+    *,
+    start: InstantLike | None = None,
+    end: InstantLike | None = None,
+    max_runs: int | None = None,
+    jitter: DurationLike | None = None,
+) -> CronSchedule:
+    """Cron schedule: 5 fields, 6 with leading seconds, or an alias (``@daily``...).
+
+    Raises :class:`ScheduleError` naming the value for a bad expression, ``@reboot``, an
+    expression that never fires, an unknown zone, or bad options.
+    """
+    return CronSchedule(
+        expr,
+        tz,
+        start=_instant(start, "start"),
+        end=_instant(end, "end"),
+        max_runs=max_runs,
+        jitter=_jitter(jitter),
+    )
+
+
+def every(
+    interval: DurationLike,
+    *,
+    start: InstantLike | None = None,
+    end: InstantLike | None = None,
+    max_runs: int | None = None,
+    jitter: DurationLike | None = None,
+) -> IntervalSchedule:
+    """Fixed-rate schedule on a grid shared by all processes.
+
+    ``every("5m")`` fires on multiples of 5 minutes since the Unix epoch, or since
+    ``start`` when given. ``interval`` must be at least 1ms.
+    """
+    return IntervalSchedule(
+        _duration(interval, "interval"),
+        start=_instant(start, "start"),
+        end=_instant(end, "end"),
+        max_runs=max_runs,
+        jitter=_jitter(jitter),
+    )
+
+
+def at(
+    when: InstantLike | timedelta,
+    *,
+    now: datetime | None = None,
+    jitter: DurationLike | None = None,
+) -> OneShotSchedule:
+    """One-shot schedule at an aware datetime, an RFC 3339 string, or a delay.
+
+    A delay (``"10s"``, a timedelta) is resolved against ``now``, an aware datetime; when
+    ``now`` is None this reads ``datetime.now(timezone.utc)``, the module's only clock
+    read. The result is then ``relative``.
+    """
+    instant: object = when
+    delay = when if isinstance(when, timedelta) else None
+    if isinstance(when, str):
+        instant = _parse_rfc3339(when.strip())
+        try:
+            delay = None if instant else parse_duration(when, what="delay", allow_zero=True)
+        except ConfigError:
+            delay = None
+    if isinstance(instant, datetime):
+        if instant.utcoffset() is None:
+            raise ScheduleError(f"invalid when {when!r}: it has no UTC offset; {_WHEN_EXPECTED}")
+        return OneShotSchedule(instant, jitter=_jitter(jitter))
+    if delay is None or delay < timedelta(0):
+        raise ScheduleError(f"invalid when {when!r}: {_WHEN_EXPECTED}")
+    if now is None:
+        now = datetime.now(_UTC)
+    elif not isinstance(now, datetime) or now.utcoffset() is None:
+        raise ScheduleError(f"invalid now {now!r}: expected an aware datetime")
+    return OneShotSchedule(now + delay, relative=True, jitter=_jitter(jitter))
+
+
+def schedule_from_dict(d: Mapping[str, Any]) -> Schedule:
+    """Rebuild a schedule from :meth:`Schedule.to_dict` output; ScheduleError if bad."""
+    if not isinstance(d, Mapping):
+        raise ScheduleError(f"invalid schedule {d!r}: expected a mapping with a 'type' key")
+    required = {"cron": {"expr"}, "every": {"interval_s"}, "at": {"when"}}
+    optional = {
+        "cron": {"tz", *_OPTION_KEYS},
+        "every": _OPTION_KEYS,
+        "at": {"relative", "jitter_s"},
+    }
+    kind = d.get("type")
+    if kind not in required:
+        raise ScheduleError(f"invalid schedule {d!r}: 'type' must be 'cron', 'every' or 'at'")
+    missing = required[kind] - set(d)
+    unknown = set(d) - required[kind] - optional[kind] - {"type"}
+    if missing or unknown:
+        raise ScheduleError(
+            f"invalid {kind} schedule {d!r}: missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
+    options: dict[str, Any] = {
+        "start": d.get("start"),
+        "end": d.get("end"),
+        "max_runs": d.get("max_runs"),
+        "jitter": d.get("jitter_s"),
+    }
+    if kind == "cron":
+        return cron(d["expr"], d.get("tz", "UTC"), **options)
+    if kind == "every":
+        return every(d["interval_s"], **options)
+    return OneShotSchedule(
+        d["when"],
+        relative=d.get("relative", False),
+        jitter=_jitter(d.get("jitter_s")),
+    )

@@ -1,0 +1,430 @@
+"""``memory://``: the whole store in plain dicts, for tests and single-process use.
+
+Each method does all its work under one ``threading.Lock`` with no ``await`` in between, so
+every method is atomic even when sync code drives the store through ``asyncio.run`` in
+another thread. Values cross the boundary as copies: payloads and results are JSON
+round-tripped on the way in (exactly what a durable store would give back) and deep-copied
+on the way out, so a caller mutating a returned dict cannot change the store.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import threading
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from soloist.clock import UTC, Clock, SystemClock
+from soloist.errors import ConfigError, DuplicateJobError, PayloadError
+from soloist.models import (
+    CLAIMABLE_STATES,
+    Claimed,
+    ErrorCode,
+    JobRecord,
+    NewOccurrence,
+    Occurrence,
+    Outcome,
+    Overlap,
+    PlanCursor,
+    State,
+)
+from soloist.payload import validate_payload
+
+__all__ = ["MemoryStore"]
+
+_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A stored occurrence plus its insertion sequence (the final tie-breaker of orders)."""
+
+    seq: int
+    occ: Occurrence
+
+
+class MemoryStore:
+    """A :class:`soloist.stores.base.Store` in process memory (``memory://``)."""
+
+    def __init__(self, url: str = "memory://", *, clock: Clock | None = None) -> None:
+        self.url = url
+        self._clock: Clock = clock or SystemClock()
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        self._rows: dict[str, _Row] = {}
+        self._by_key: dict[str, str] = {}
+        self._cursors: dict[tuple[str, str], PlanCursor] = {}
+        self._jobs: dict[str, JobRecord] = {}
+
+    # -- life cycle -------------------------------------------------------------------------
+    async def migrate(self) -> None:
+        """Nothing to migrate: the schema is these dicts."""
+
+    async def close(self) -> None:
+        """Nothing to release; safe to call twice."""
+
+    async def now(self) -> datetime:
+        return self._clock.now()
+
+    def _now(self, now: datetime | None) -> datetime:
+        return _utc(now, "now") if now is not None else self._clock.now()
+
+    # -- occurrences ------------------------------------------------------------------------
+    async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
+        new = _new_occurrence(item, self._clock.now())
+        with self._lock:
+            existing = self._by_key.get(item.dedupe_key)
+            if existing is not None:
+                return _out(self._rows[existing].occ), False
+            self._add(new)
+            return _out(new), True
+
+    def _add(self, occ: Occurrence) -> None:
+        self._rows[occ.id] = _Row(next(self._seq), occ)
+        self._by_key[occ.dedupe_key] = occ.id
+
+    def _set(self, occ: Occurrence) -> None:
+        self._rows[occ.id] = replace(self._rows[occ.id], occ=occ)
+
+    async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
+        with self._lock:
+            return self._cursors.get((job, scope))
+
+    async def plan_advance(
+        self,
+        job: str,
+        scope: str,
+        expected_last: datetime | None,
+        new_last: datetime,
+        added_count: int,
+        items: Sequence[NewOccurrence],
+    ) -> bool:
+        created = self._clock.now()
+        expected = _utc(expected_last, "expected_last") if expected_last is not None else None
+        new_last = _utc(new_last, "new_last")
+        news = [_new_occurrence(item, created) for item in items]
+        with self._lock:
+            cursor = self._cursors.get((job, scope))
+            # Cursors only ever hold a plan time, so "no cursor" and "expected None" agree.
+            if (cursor.last_plan_time if cursor is not None else None) != expected:
+                return False
+            count = cursor.planned_count if cursor is not None else 0
+            self._cursors[(job, scope)] = PlanCursor(job, scope, new_last, count + added_count)
+            for new in news:
+                if new.dedupe_key not in self._by_key:
+                    self._add(new)
+            return True
+
+    async def occurrence_claim(
+        self,
+        instance_id: str,
+        tasks: Collection[str],
+        limit: int,
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[Occurrence]:
+        now = self._now(now)
+        task_set = set(tasks)
+        claimed: list[Occurrence] = []
+        with self._lock:
+            candidates = sorted(
+                (
+                    row
+                    for row in self._rows.values()
+                    if row.occ.state in CLAIMABLE_STATES
+                    and row.occ.due_at <= now
+                    and row.occ.task in task_set
+                ),
+                key=lambda row: (row.occ.due_at, row.occ.plan_time, row.seq),
+            )
+            busy = {(r.occ.job, r.occ.scope) for r in self._rows.values() if _running(r.occ)}
+            for row in candidates:
+                if len(claimed) >= limit:
+                    break
+                occ = row.occ
+                key = (occ.job, occ.scope)
+                if occ.overlap != Overlap.ALLOW and key in busy:
+                    if occ.overlap == Overlap.SKIP:
+                        self._set(_skipped(occ, now))
+                    continue
+                busy.add(key)
+                taken = replace(
+                    occ,
+                    state=State.RUNNING,
+                    attempt=occ.attempt + 1,
+                    fencing_token=occ.fencing_token + 1,
+                    instance_id=instance_id,
+                    started_at=now,
+                    lease_expires_at=now + lease_ttl,
+                    finished_at=None,
+                    error_code=None,
+                    error_message=None,
+                    result=None,
+                )
+                self._set(taken)
+                claimed.append(_out(taken))
+        return claimed
+
+    def _held(self, instance_id: str, claim: Claimed) -> Occurrence | None:
+        """The row of ``claim`` if this runner still holds its lease (the fence)."""
+        row = self._rows.get(claim.id)
+        if row is None or not _running(row.occ):
+            return None
+        occ = row.occ
+        if occ.instance_id != instance_id or occ.fencing_token != claim.fencing_token:
+            return None
+        return occ
+
+    async def lease_renew(
+        self,
+        instance_id: str,
+        claims: Sequence[Claimed],
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> set[str]:
+        expires = self._now(now) + lease_ttl
+        renewed: set[str] = set()
+        with self._lock:
+            for claim in claims:
+                occ = self._held(instance_id, claim)
+                if occ is not None:
+                    self._set(replace(occ, lease_expires_at=expires))
+                    renewed.add(occ.id)
+        return renewed
+
+    async def occurrence_complete(
+        self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
+    ) -> set[str]:
+        now = self._now(now)
+        checked = [(o, _result(o.result), _retry_at(o, now)) for o in outcomes]
+        applied: set[str] = set()
+        with self._lock:
+            for outcome, result, retry_at in checked:
+                occ = self._held(instance_id, Claimed(outcome.id, outcome.fencing_token))
+                if occ is None:
+                    continue
+                retry = outcome.state == State.FAILED
+                self._set(
+                    replace(
+                        occ,
+                        state=outcome.state,
+                        due_at=retry_at if retry else occ.due_at,
+                        lease_expires_at=None,
+                        finished_at=None if retry else now,
+                        error_code=outcome.error_code,
+                        error_message=outcome.error_message,
+                        result=result,
+                    )
+                )
+                applied.add(occ.id)
+        return applied
+
+    async def lease_release(
+        self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
+    ) -> set[str]:
+        released: set[str] = set()
+        with self._lock:
+            for claim in claims:
+                occ = self._held(instance_id, claim)
+                if occ is None:
+                    continue
+                self._set(
+                    replace(
+                        occ,
+                        state=State.SCHEDULED if occ.attempt <= 1 else State.FAILED,
+                        attempt=max(0, occ.attempt - 1),
+                        lease_expires_at=None,
+                        error_code=ErrorCode.CANCELLED.value,
+                        error_message="lease released before the attempt finished",
+                    )
+                )
+                released.add(occ.id)
+        return released
+
+    async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
+        now = self._now(now)
+        reaped: list[Occurrence] = []
+        with self._lock:
+            expired = [
+                row
+                for row in self._rows.values()
+                if _running(row.occ)
+                and row.occ.lease_expires_at is not None
+                and row.occ.lease_expires_at <= now
+            ]
+            for row in sorted(expired, key=lambda r: (r.occ.plan_time, r.seq)):
+                occ = row.occ
+                retry = occ.attempt < occ.max_attempts
+                updated = replace(
+                    occ,
+                    state=State.FAILED if retry else State.DEAD,
+                    due_at=now if retry else occ.due_at,
+                    lease_expires_at=None,
+                    finished_at=None if retry else now,
+                    error_code=ErrorCode.LEASE_EXPIRED.value,
+                    error_message=f"lease of {occ.instance_id} expired",
+                )
+                self._set(updated)
+                reaped.append(_out(updated))
+        return reaped
+
+    async def occurrence_next_due(
+        self, tasks: Collection[str], now: datetime | None = None
+    ) -> datetime | None:
+        task_set = set(tasks)
+        with self._lock:
+            dues = [
+                row.occ.due_at
+                for row in self._rows.values()
+                if row.occ.state in CLAIMABLE_STATES and row.occ.task in task_set
+            ]
+        return min(dues, default=None)
+
+    async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
+        with self._lock:
+            row = self._rows.get(occurrence_id)
+            return _out(row.occ) if row is not None else None
+
+    async def occurrence_list(
+        self,
+        *,
+        job: str | None = None,
+        state: State | None = None,
+        limit: int = 100,
+    ) -> list[Occurrence]:
+        if limit <= 0:
+            return []
+        with self._lock:
+            rows = [
+                row
+                for row in self._rows.values()
+                if (job is None or row.occ.job == job) and (state is None or row.occ.state == state)
+            ]
+            rows.sort(key=lambda r: (r.occ.plan_time, r.occ.created_at, r.seq), reverse=True)
+            return [_out(row.occ) for row in rows[:limit]]
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def job_upsert(self, records: Sequence[JobRecord]) -> None:
+        now = self._clock.now()
+        checked = [_job(record, now) for record in records]
+        with self._lock:
+            for record in checked:
+                old = self._jobs.get(record.name)
+                if old is not None:
+                    record = replace(
+                        record, paused=old.paused, created_at=old.created_at, dynamic=old.dynamic
+                    )
+                self._jobs[record.name] = record
+
+    async def job_add(self, record: JobRecord) -> None:
+        checked = _job(record, self._clock.now())
+        with self._lock:
+            if checked.name in self._jobs:
+                raise DuplicateJobError(f"a job named {checked.name!r} already exists")
+            self._jobs[checked.name] = checked
+
+    async def job_get(self, name: str) -> JobRecord | None:
+        with self._lock:
+            record = self._jobs.get(name)
+            return copy.deepcopy(record) if record is not None else None
+
+    async def job_list(self) -> list[JobRecord]:
+        with self._lock:
+            return [copy.deepcopy(self._jobs[name]) for name in sorted(self._jobs)]
+
+    async def job_delete(self, name: str) -> bool:
+        with self._lock:
+            for key in [key for key in self._cursors if key[0] == name]:
+                del self._cursors[key]
+            return self._jobs.pop(name, None) is not None
+
+    async def job_set_paused(self, name: str, paused: bool) -> bool:
+        with self._lock:
+            record = self._jobs.get(name)
+            if record is None:
+                return False
+            self._jobs[name] = replace(record, paused=paused)
+            return True
+
+
+# -- helpers shared by the methods above ---------------------------------------------------
+def _utc(moment: datetime, what: str) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ConfigError(f"invalid {what} {moment!r}: expected a timezone-aware datetime")
+    return moment.astimezone(UTC)
+
+
+def _running(occ: Occurrence) -> bool:
+    return occ.state == State.RUNNING
+
+
+def _out(occ: Occurrence) -> Occurrence:
+    return replace(occ, payload=copy.deepcopy(occ.payload), result=copy.deepcopy(occ.result))
+
+
+def _new_occurrence(item: NewOccurrence, now: datetime) -> Occurrence:
+    return Occurrence(
+        id=uuid.uuid4().hex,
+        dedupe_key=item.dedupe_key,
+        job=item.job,
+        task=item.task,
+        scope=item.scope,
+        plan_time=_utc(item.plan_time, "plan_time"),
+        due_at=_utc(item.due_at, "due_at"),
+        kind=item.kind,
+        state=State.SCHEDULED,
+        attempt=0,
+        max_attempts=item.max_attempts,
+        overlap=item.overlap,
+        payload=validate_payload(item.payload),
+        instance_id=None,
+        lease_expires_at=None,
+        fencing_token=0,
+        created_at=now,
+        started_at=None,
+        finished_at=None,
+        error_code=None,
+        error_message=None,
+    )
+
+
+def _skipped(occ: Occurrence, now: datetime) -> Occurrence:
+    return replace(
+        occ,
+        state=State.SKIPPED,
+        finished_at=now,
+        error_code=ErrorCode.OVERLAP.value,
+        error_message="skipped: a previous occurrence of this job and scope was running",
+    )
+
+
+def _result(value: Any) -> Any:
+    """``value`` JSON round-tripped, or PayloadError: results are stored as JSON."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"invalid result {value!r}: not JSON-serialisable ({exc})") from None
+
+
+def _retry_at(outcome: Outcome, now: datetime) -> datetime:
+    if outcome.state not in _OUTCOME_STATES:
+        raise ConfigError(
+            f"invalid outcome state {outcome.state!r} for {outcome.id}: "
+            "expected succeeded, failed or dead"
+        )
+    return _utc(outcome.retry_at, "retry_at") if outcome.retry_at is not None else now
+
+
+def _job(record: JobRecord, now: datetime) -> JobRecord:
+    return replace(
+        record,
+        schedule=validate_payload(record.schedule, what=f"schedule of job {record.name!r}"),
+        payload=validate_payload(record.payload, what=f"payload of job {record.name!r}"),
+        metadata=validate_payload(record.metadata, what=f"metadata of job {record.name!r}"),
+        created_at=_utc(record.created_at, "created_at") if record.created_at else now,
+    )

@@ -1,0 +1,123 @@
+"""Conversions between soloist's values and SQLite rows.
+
+Datetimes are stored as INTEGER microseconds since the epoch (exact, sortable, no timezone
+text to parse); JSON values as ``json.dumps`` text, never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from soloist.clock import UTC, from_epoch_us, to_epoch_us
+from soloist.errors import ConfigError, PayloadError
+from soloist.models import JobRecord, Kind, NewOccurrence, Occurrence, Overlap, State
+from soloist.payload import validate_payload
+
+
+def us(moment: datetime, what: str) -> int:
+    """``moment`` as epoch microseconds; naive datetimes are a caller bug, named here."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ConfigError(f"invalid {what} {moment!r}: expected a timezone-aware datetime")
+    return to_epoch_us(moment.astimezone(UTC))
+
+
+def opt_time(value: int | None) -> datetime | None:
+    return from_epoch_us(value) if value is not None else None
+
+
+def dump_object(value: object, what: str) -> str:
+    """A JSON object as text, or PayloadError naming what is wrong with it."""
+    return json.dumps(validate_payload(value, what=what), allow_nan=False)
+
+
+def dump_result(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"invalid result {value!r}: not JSON-serialisable ({exc})") from None
+
+
+def insert_params(occurrence_id: str, item: NewOccurrence, created_at: int) -> tuple[object, ...]:
+    """Parameters of :data:`INSERT_OCCURRENCE` for a new, scheduled row."""
+    return (
+        occurrence_id,
+        item.dedupe_key,
+        item.job,
+        item.task,
+        item.scope,
+        us(item.plan_time, "plan_time"),
+        us(item.due_at, "due_at"),
+        Kind(item.kind).value,
+        State.SCHEDULED.value,
+        item.max_attempts,
+        Overlap(item.overlap).value,
+        dump_object(item.payload, f"payload of {item.dedupe_key!r}"),
+        created_at,
+    )
+
+
+INSERT_OCCURRENCE = """
+INSERT INTO occurrences (id, dedupe_key, job, task, scope, plan_time, due_at, kind, state,
+                         attempt, max_attempts, overlap, payload, fencing_token, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, 0, ?)
+ON CONFLICT (dedupe_key) DO NOTHING
+"""
+
+
+def occurrence(row: sqlite3.Row) -> Occurrence:
+    return Occurrence(
+        id=row["id"],
+        dedupe_key=row["dedupe_key"],
+        job=row["job"],
+        task=row["task"],
+        scope=row["scope"],
+        plan_time=from_epoch_us(row["plan_time"]),
+        due_at=from_epoch_us(row["due_at"]),
+        kind=Kind(row["kind"]),
+        state=State(row["state"]),
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        overlap=Overlap(row["overlap"]),
+        payload=json.loads(row["payload"]),
+        instance_id=row["instance_id"],
+        lease_expires_at=opt_time(row["lease_expires_at"]),
+        fencing_token=row["fencing_token"],
+        created_at=from_epoch_us(row["created_at"]),
+        started_at=opt_time(row["started_at"]),
+        finished_at=opt_time(row["finished_at"]),
+        error_code=row["error_code"],
+        error_message=row["error_message"],
+        result=json.loads(row["result"]) if row["result"] is not None else None,
+    )
+
+
+def job_params(record: JobRecord, created_at: int) -> tuple[object, ...]:
+    what = f"of job {record.name!r}"
+    return (
+        record.name,
+        record.task,
+        dump_object(record.schedule, f"schedule {what}"),
+        int(record.dynamic),
+        int(record.paused),
+        dump_object(record.payload, f"payload {what}"),
+        dump_object(record.metadata, f"metadata {what}"),
+        us(record.created_at, "created_at") if record.created_at is not None else created_at,
+    )
+
+
+def job(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        name=row["name"],
+        task=row["task"],
+        schedule=json.loads(row["schedule"]),
+        dynamic=bool(row["dynamic"]),
+        paused=bool(row["paused"]),
+        payload=json.loads(row["payload"]),
+        metadata=json.loads(row["metadata"]),
+        created_at=from_epoch_us(row["created_at"]),
+    )

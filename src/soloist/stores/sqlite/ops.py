@@ -1,0 +1,330 @@
+"""The store's transactions, as plain blocking functions of a connection.
+
+They run on the store's single worker thread. Every write starts with ``BEGIN IMMEDIATE``:
+it takes SQLite's one write lock up front (waiting up to ``busy_timeout``), so the reads
+that decide a write (claim candidates, overlap checks, the cursor compare-and-set) see the
+same data the write changes, whichever process wins. A deferred transaction would instead
+fail with SQLITE_BUSY when it tries to upgrade its read lock, without waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from soloist.models import (
+    CLAIMABLE_STATES,
+    ErrorCode,
+    JobRecord,
+    Occurrence,
+    Overlap,
+    PlanCursor,
+)
+from soloist.stores.sqlite import codec
+from soloist.stores.sqlite.codec import INSERT_OCCURRENCE
+
+_CLAIMABLE = tuple(state.value for state in CLAIMABLE_STATES)
+
+# SQL is spelled out in full (no string building): every statement below is a constant.
+# A fence is ``state = 'running' AND instance_id = ? AND fencing_token = ?``: the row is
+# still running under this runner and this token. Rows are read by column name, so
+# ``SELECT *`` / ``RETURNING *`` stay correct when a migration adds a column.
+_CANDIDATES = """
+SELECT id, job, scope, overlap FROM occurrences
+WHERE state IN (?, ?) AND due_at <= ? AND task IN (SELECT value FROM json_each(?))
+ORDER BY due_at, plan_time, rowid
+"""
+_ANY_CANDIDATE = """
+SELECT 1 FROM occurrences
+WHERE state IN (?, ?) AND due_at <= ? AND task IN (SELECT value FROM json_each(?))
+LIMIT 1
+"""
+_SKIP = """
+UPDATE occurrences SET state = 'skipped', finished_at = ?, error_code = ?, error_message = ?
+WHERE id IN (SELECT value FROM json_each(?))
+"""
+_CLAIM = """
+UPDATE occurrences SET state = 'running', attempt = attempt + 1,
+    fencing_token = fencing_token + 1, instance_id = ?, started_at = ?,
+    lease_expires_at = ?, finished_at = NULL, error_code = NULL, error_message = NULL,
+    result = NULL
+WHERE id IN (SELECT value FROM json_each(?))
+RETURNING *
+"""
+_RENEW = """
+UPDATE occurrences SET lease_expires_at = ?
+WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
+RETURNING id
+"""
+_COMPLETE = """
+UPDATE occurrences SET state = ?, due_at = COALESCE(?, due_at), lease_expires_at = NULL,
+    finished_at = ?, error_code = ?, error_message = ?, result = ?
+WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
+RETURNING id
+"""
+_RELEASE = """
+UPDATE occurrences SET state = CASE WHEN attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
+    attempt = MAX(attempt - 1, 0), lease_expires_at = NULL, error_code = ?,
+    error_message = 'lease released before the attempt finished'
+WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
+RETURNING id
+"""
+_ANY_EXPIRED = "SELECT 1 FROM occurrences WHERE state = 'running' AND lease_expires_at <= ? LIMIT 1"
+_REAP = """
+UPDATE occurrences SET
+    state = CASE WHEN attempt < max_attempts THEN 'failed' ELSE 'dead' END,
+    due_at = CASE WHEN attempt < max_attempts THEN :now ELSE due_at END,
+    finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
+    lease_expires_at = NULL, error_code = :code,
+    error_message = 'lease of ' || COALESCE(instance_id, '?') || ' expired'
+WHERE state = 'running' AND lease_expires_at <= :now
+RETURNING *
+"""
+# History, newest first; one constant per filter combination so each can use its index.
+_LIST = {
+    (False, False): "SELECT * FROM occurrences "
+    "ORDER BY plan_time DESC, created_at DESC, rowid DESC LIMIT ?",
+    (True, False): "SELECT * FROM occurrences WHERE job = ? "
+    "ORDER BY plan_time DESC, created_at DESC, rowid DESC LIMIT ?",
+    (False, True): "SELECT * FROM occurrences WHERE state = ? "
+    "ORDER BY plan_time DESC, created_at DESC, rowid DESC LIMIT ?",
+    (True, True): "SELECT * FROM occurrences WHERE job = ? AND state = ? "
+    "ORDER BY plan_time DESC, created_at DESC, rowid DESC LIMIT ?",
+}
+_INSERT_JOB = """
+INSERT INTO jobs (name, task, schedule, dynamic, paused, payload, metadata, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+# The paused flag, created_at and origin (dynamic) belong to the store, not the code.
+_UPSERT_JOB = (
+    _INSERT_JOB + "ON CONFLICT (name) DO UPDATE SET task = excluded.task, "
+    "schedule = excluded.schedule, payload = excluded.payload, metadata = excluded.metadata"
+)
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction: ``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def occurrence_get(conn: sqlite3.Connection, occurrence_id: str) -> Occurrence | None:
+    row = conn.execute("SELECT * FROM occurrences WHERE id = ?", (occurrence_id,)).fetchone()
+    return codec.occurrence(row) if row is not None else None
+
+
+def occurrence_insert(
+    conn: sqlite3.Connection, params: tuple[object, ...], dedupe_key: str
+) -> tuple[Occurrence, bool]:
+    with transaction(conn):
+        created = conn.execute(INSERT_OCCURRENCE, params).rowcount == 1
+        # Inserted just now or there before: either way the row exists in this transaction.
+        row = conn.execute("SELECT * FROM occurrences WHERE dedupe_key = ?", (dedupe_key,))
+        stored = codec.occurrence(row.fetchone())
+    return stored, created
+
+
+def plan_cursor_get(conn: sqlite3.Connection, job: str, scope: str) -> PlanCursor | None:
+    row = conn.execute(
+        "SELECT last_plan_time, planned_count FROM plan_cursors WHERE job = ? AND scope = ?",
+        (job, scope),
+    ).fetchone()
+    if row is None:
+        return None
+    return PlanCursor(job, scope, codec.opt_time(row[0]), row[1])
+
+
+def plan_advance(
+    conn: sqlite3.Connection,
+    job: str,
+    scope: str,
+    expected_last: int | None,
+    new_last: int,
+    added_count: int,
+    items: Sequence[tuple[object, ...]],
+) -> bool:
+    with transaction(conn):
+        if expected_last is None:
+            moved = conn.execute(
+                "INSERT INTO plan_cursors (job, scope, last_plan_time, planned_count) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (job, scope) DO NOTHING",
+                (job, scope, new_last, added_count),
+            )
+        else:
+            moved = conn.execute(
+                "UPDATE plan_cursors SET last_plan_time = ?, planned_count = planned_count + ? "
+                "WHERE job = ? AND scope = ? AND last_plan_time = ?",
+                (new_last, added_count, job, scope, expected_last),
+            )
+        if moved.rowcount != 1:
+            return False  # another planner got there first; nothing was written
+        conn.executemany(INSERT_OCCURRENCE, items)
+    return True
+
+
+def occurrence_claim(
+    conn: sqlite3.Connection,
+    instance_id: str,
+    tasks: list[str],
+    limit: int,
+    lease_ttl_us: int,
+    now: int,
+) -> list[Occurrence]:
+    args = (*_CLAIMABLE, now, json.dumps(tasks))
+    # Cheap read first: idle pollers then never take the write lock.
+    if conn.execute(_ANY_CANDIDATE, args).fetchone() is None:
+        return []
+    with transaction(conn):
+        claim_ids, skip_ids = _select_claims(conn, args, limit)
+        if skip_ids:
+            reason = "skipped: a previous occurrence of this job and scope was running"
+            conn.execute(_SKIP, (now, ErrorCode.OVERLAP.value, reason, json.dumps(skip_ids)))
+        lease = now + lease_ttl_us
+        rows = conn.execute(_CLAIM, (instance_id, now, lease, json.dumps(claim_ids))).fetchall()
+    order = {occurrence_id: index for index, occurrence_id in enumerate(claim_ids)}
+    # RETURNING has no defined order; give rows back in claim order.
+    return sorted((codec.occurrence(row) for row in rows), key=lambda occ: order[occ.id])
+
+
+def _select_claims(
+    conn: sqlite3.Connection, args: tuple[object, ...], limit: int
+) -> tuple[list[str], list[str]]:
+    """Walk due candidates in order, applying the overlap rules, until ``limit`` claims."""
+    claim_ids: list[str] = []
+    skip_ids: list[str] = []
+    busy: dict[tuple[str, str], bool] = {}
+    candidates = conn.execute(_CANDIDATES, args)
+    try:
+        for occurrence_id, job, scope, overlap in candidates:
+            if len(claim_ids) >= limit:
+                break
+            key = (job, scope)
+            if overlap != Overlap.ALLOW.value:
+                if key not in busy:
+                    busy[key] = _running(conn, job, scope)
+                if busy[key]:
+                    if overlap == Overlap.SKIP.value:
+                        skip_ids.append(occurrence_id)
+                    continue  # queue: leave it scheduled until the running one ends
+            busy[key] = True  # later candidates of this job+scope see this claim
+            claim_ids.append(occurrence_id)
+    finally:
+        candidates.close()
+    return claim_ids, skip_ids
+
+
+def _running(conn: sqlite3.Connection, job: str, scope: str) -> bool:
+    return (
+        conn.execute(
+            "SELECT 1 FROM occurrences WHERE job = ? AND scope = ? AND state = 'running' LIMIT 1",
+            (job, scope),
+        ).fetchone()
+        is not None
+    )
+
+
+def _fenced_updates(
+    conn: sqlite3.Connection, sql: str, params: Sequence[tuple[object, ...]]
+) -> set[str]:
+    """Run one fenced ``UPDATE ... RETURNING id`` per item, all in one transaction."""
+    applied: set[str] = set()
+    with transaction(conn):
+        for item in params:
+            row = conn.execute(sql, item).fetchone()
+            if row is not None:
+                applied.add(row[0])
+    return applied
+
+
+def lease_renew(
+    conn: sqlite3.Connection, instance_id: str, claims: Sequence[tuple[str, int]], expires: int
+) -> set[str]:
+    return _fenced_updates(conn, _RENEW, [(expires, i, instance_id, t) for i, t in claims])
+
+
+def occurrence_complete(
+    conn: sqlite3.Connection, outcomes: Sequence[tuple[object, ...]]
+) -> set[str]:
+    """``outcomes``: (state, due_at or None to keep, finished_at, error_code, error_message,
+    result, id, instance_id, fencing_token)."""
+    return _fenced_updates(conn, _COMPLETE, outcomes)
+
+
+def lease_release(
+    conn: sqlite3.Connection, instance_id: str, claims: Sequence[tuple[str, int]]
+) -> set[str]:
+    cancelled = ErrorCode.CANCELLED.value
+    return _fenced_updates(conn, _RELEASE, [(cancelled, i, instance_id, t) for i, t in claims])
+
+
+def occurrence_reap(conn: sqlite3.Connection, now: int) -> list[Occurrence]:
+    # Every instance reaps often; only take the write lock when something has expired.
+    if conn.execute(_ANY_EXPIRED, (now,)).fetchone() is None:
+        return []
+    with transaction(conn):
+        params = {"now": now, "code": ErrorCode.LEASE_EXPIRED.value}
+        rows = conn.execute(_REAP, params).fetchall()
+    return sorted((codec.occurrence(row) for row in rows), key=lambda o: (o.plan_time, o.id))
+
+
+def occurrence_next_due(conn: sqlite3.Connection, tasks: list[str]) -> int | None:
+    row = conn.execute(
+        "SELECT MIN(due_at) FROM occurrences WHERE state IN (?, ?) "
+        "AND task IN (SELECT value FROM json_each(?))",
+        (*_CLAIMABLE, json.dumps(tasks)),
+    ).fetchone()
+    return row[0] if row is not None else None
+
+
+def occurrence_list(
+    conn: sqlite3.Connection, job: str | None, state: str | None, limit: int
+) -> list[Occurrence]:
+    args = [value for value in (job, state) if value is not None]
+    sql = _LIST[(job is not None, state is not None)]
+    rows = conn.execute(sql, (*args, limit)).fetchall()
+    return [codec.occurrence(row) for row in rows]
+
+
+# -- jobs ------------------------------------------------------------------------------------
+def job_upsert(conn: sqlite3.Connection, records: Sequence[tuple[object, ...]]) -> None:
+    with transaction(conn):
+        conn.executemany(_UPSERT_JOB, records)
+
+
+def job_add(conn: sqlite3.Connection, record: tuple[object, ...]) -> bool:
+    """Insert a job; False if the name is taken."""
+    with transaction(conn):
+        return conn.execute(_INSERT_JOB + "ON CONFLICT (name) DO NOTHING", record).rowcount == 1
+
+
+def job_get(conn: sqlite3.Connection, name: str) -> JobRecord | None:
+    row = conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+    return codec.job(row) if row is not None else None
+
+
+def job_list(conn: sqlite3.Connection) -> list[JobRecord]:
+    rows = conn.execute("SELECT * FROM jobs ORDER BY name").fetchall()
+    return [codec.job(row) for row in rows]
+
+
+def job_delete(conn: sqlite3.Connection, name: str) -> bool:
+    with transaction(conn):
+        conn.execute("DELETE FROM plan_cursors WHERE job = ?", (name,))
+        return conn.execute("DELETE FROM jobs WHERE name = ?", (name,)).rowcount == 1
+
+
+def job_set_paused(conn: sqlite3.Connection, name: str, paused: bool) -> bool:
+    with transaction(conn):
+        return (
+            conn.execute("UPDATE jobs SET paused = ? WHERE name = ?", (int(paused), name)).rowcount
+            == 1
+        )

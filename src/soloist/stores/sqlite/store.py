@@ -1,0 +1,292 @@
+"""The asyncio face of the SQLite store: one worker thread owns the connection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from soloist.clock import Clock, SystemClock, from_epoch_us
+from soloist.errors import ConfigError, DuplicateJobError, StoreError, StoreUnavailableError
+from soloist.models import (
+    Claimed,
+    JobRecord,
+    NewOccurrence,
+    Occurrence,
+    Outcome,
+    PlanCursor,
+    State,
+)
+from soloist.stores.sqlite import codec, migrations, ops
+
+__all__ = ["SQLiteStore", "sqlite_path"]
+
+T = TypeVar("T")
+
+#: How long a writer waits for another process's write lock before failing.
+BUSY_TIMEOUT_S = 10.0
+_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a SQLite URL, read as SQLAlchemy does: ``sqlite:///rel.db`` is the
+    relative path ``rel.db``, ``sqlite:////tmp/x.db`` the absolute path ``/tmp/x.db``."""
+    scheme, sep, rest = url.partition("://")
+    if scheme != "sqlite" or not sep:
+        raise ConfigError(f"invalid SQLite store URL {url!r}: expected 'sqlite:///path.db'")
+    rest, _, query = rest.partition("?")
+    if query:
+        raise ConfigError(f"unsupported options {query!r} in SQLite store URL {url!r}")
+    if not rest.startswith("/"):
+        raise ConfigError(
+            f"invalid SQLite store URL {url!r}: expected 'sqlite:///relative/path.db' or "
+            "'sqlite:////absolute/path.db' (three slashes, then the path)"
+        )
+    if not rest[1:]:
+        raise ConfigError(f"invalid SQLite store URL {url!r}: the database path is empty")
+    return rest[1:]
+
+
+class SQLiteStore:
+    """A :class:`soloist.stores.base.Store` in one SQLite file, shared by the processes of
+    one host (``sqlite:///path.db``).
+
+    The connection opens lazily on the worker thread at the first call (usually
+    :meth:`migrate`). Cancelling a call does not stop its transaction: it commits or rolls
+    back on the worker thread as it would have, and only the result is dropped (a claim
+    lost this way is reaped when its lease expires)."""
+
+    def __init__(self, url: str, *, clock: Clock | None = None) -> None:
+        self.url = url
+        self.path = sqlite_path(url)
+        self._clock: Clock = clock or SystemClock()
+        # One thread owns the connection: sqlite3 objects must stay on the thread that made
+        # them, and the store must work from whichever event loop calls it.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="soloist-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.url!r})"
+
+    # -- the worker thread ------------------------------------------------------------------
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreError(f"SQLite store at {self.path!r} is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(self._executor, self._call, work)
+        except RuntimeError:  # the executor was shut down by a concurrent close()
+            raise StoreError(f"SQLite store at {self.path!r} is closed") from None
+        return await future
+
+    def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._connect()
+        try:
+            return work(conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store at {self.path!r}: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None:
+            return self._conn
+        what = f"cannot open SQLite store at {self.path!r}"
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if self.path != ":memory:" and not os.path.isdir(directory):
+            raise StoreUnavailableError(f"{what}: directory {directory!r} does not exist")
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"{what}: {exc}") from exc
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # WAL lets readers run beside the one writer; NORMAL is durable across
+            # application crashes in WAL mode, and only fsyncs at checkpoints.
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreUnavailableError(f"{what}: {exc}") from exc
+        self._conn = conn
+        return conn
+
+    def _disconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- life cycle -------------------------------------------------------------------------
+    async def migrate(self) -> None:
+        await self._run(migrations.migrate)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    async def now(self) -> datetime:
+        return self._clock.now()
+
+    def _now_us(self, now: datetime | None) -> int:
+        return codec.us(now if now is not None else self._clock.now(), "now")
+
+    # -- occurrences ------------------------------------------------------------------------
+    def _new_row(self, item: NewOccurrence, created_at: int) -> tuple[object, ...]:
+        return codec.insert_params(uuid.uuid4().hex, item, created_at)
+
+    async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
+        params = self._new_row(item, self._now_us(None))
+        return await self._run(lambda c: ops.occurrence_insert(c, params, item.dedupe_key))
+
+    async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
+        return await self._run(lambda c: ops.plan_cursor_get(c, job, scope))
+
+    async def plan_advance(
+        self,
+        job: str,
+        scope: str,
+        expected_last: datetime | None,
+        new_last: datetime,
+        added_count: int,
+        items: Sequence[NewOccurrence],
+    ) -> bool:
+        expected = codec.us(expected_last, "expected_last") if expected_last is not None else None
+        last = codec.us(new_last, "new_last")
+        created = self._now_us(None)
+        rows = [self._new_row(item, created) for item in items]
+        return await self._run(
+            lambda c: ops.plan_advance(c, job, scope, expected, last, added_count, rows)
+        )
+
+    async def occurrence_claim(
+        self,
+        instance_id: str,
+        tasks: Collection[str],
+        limit: int,
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[Occurrence]:
+        if limit <= 0 or not tasks:
+            return []
+        at = self._now_us(now)
+        ttl = lease_ttl // timedelta(microseconds=1)
+        names = sorted(set(tasks))
+        return await self._run(
+            lambda c: ops.occurrence_claim(c, instance_id, names, limit, ttl, at)
+        )
+
+    async def lease_renew(
+        self,
+        instance_id: str,
+        claims: Sequence[Claimed],
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> set[str]:
+        if not claims:
+            return set()
+        expires = self._now_us(now) + lease_ttl // timedelta(microseconds=1)
+        pairs = [(claim.id, claim.fencing_token) for claim in claims]
+        return await self._run(lambda c: ops.lease_renew(c, instance_id, pairs, expires))
+
+    async def occurrence_complete(
+        self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
+    ) -> set[str]:
+        if not outcomes:
+            return set()
+        at = self._now_us(now)
+        rows: list[tuple[object, ...]] = []
+        for outcome in outcomes:
+            if outcome.state not in _OUTCOME_STATES:
+                raise ConfigError(
+                    f"invalid outcome state {outcome.state!r} for {outcome.id}: "
+                    "expected succeeded, failed or dead"
+                )
+            retry = outcome.state == State.FAILED
+            retry_at = (
+                codec.us(outcome.retry_at, "retry_at") if outcome.retry_at is not None else at
+            )
+            rows.append(
+                (
+                    State(outcome.state).value,
+                    retry_at if retry else None,
+                    None if retry else at,
+                    outcome.error_code,
+                    outcome.error_message,
+                    codec.dump_result(outcome.result),
+                    outcome.id,
+                    instance_id,
+                    outcome.fencing_token,
+                )
+            )
+        return await self._run(lambda c: ops.occurrence_complete(c, rows))
+
+    async def lease_release(
+        self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
+    ) -> set[str]:
+        if not claims:
+            return set()
+        pairs = [(claim.id, claim.fencing_token) for claim in claims]
+        return await self._run(lambda c: ops.lease_release(c, instance_id, pairs))
+
+    async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
+        at = self._now_us(now)
+        return await self._run(lambda c: ops.occurrence_reap(c, at))
+
+    async def occurrence_next_due(
+        self, tasks: Collection[str], now: datetime | None = None
+    ) -> datetime | None:
+        if not tasks:
+            return None
+        names = sorted(set(tasks))
+        due = await self._run(lambda c: ops.occurrence_next_due(c, names))
+        return from_epoch_us(due) if due is not None else None
+
+    async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
+        return await self._run(lambda c: ops.occurrence_get(c, occurrence_id))
+
+    async def occurrence_list(
+        self,
+        *,
+        job: str | None = None,
+        state: State | None = None,
+        limit: int = 100,
+    ) -> list[Occurrence]:
+        if limit <= 0:
+            return []
+        state_value = State(state).value if state is not None else None
+        return await self._run(lambda c: ops.occurrence_list(c, job, state_value, limit))
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def job_upsert(self, records: Sequence[JobRecord]) -> None:
+        if not records:
+            return
+        created = self._now_us(None)
+        rows = [codec.job_params(record, created) for record in records]
+        await self._run(lambda c: ops.job_upsert(c, rows))
+
+    async def job_add(self, record: JobRecord) -> None:
+        row = codec.job_params(record, self._now_us(None))
+        if not await self._run(lambda c: ops.job_add(c, row)):
+            raise DuplicateJobError(f"a job named {record.name!r} already exists")
+
+    async def job_get(self, name: str) -> JobRecord | None:
+        return await self._run(lambda c: ops.job_get(c, name))
+
+    async def job_list(self) -> list[JobRecord]:
+        return await self._run(ops.job_list)
+
+    async def job_delete(self, name: str) -> bool:
+        return await self._run(lambda c: ops.job_delete(c, name))
+
+    async def job_set_paused(self, name: str, paused: bool) -> bool:
+        return await self._run(lambda c: ops.job_set_paused(c, name, paused))

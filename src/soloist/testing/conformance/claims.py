@@ -1,0 +1,209 @@
+"""Conformance: claiming occurrences, including the overlap rules and racing claimers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+
+from soloist.models import ErrorCode, Outcome, Overlap, State
+from soloist.stores.base import Store
+from soloist.testing.clock import FakeClock
+from soloist.testing.conformance.base import T0, TTL, at, claim, insert, new_occurrence
+
+
+class ClaimConformance:
+    async def test_claim_takes_only_due_rows(self, store: Store) -> None:
+        """Rows with due_at <= now are claimed (the boundary included); later ones are not."""
+        past, exact, _ = await insert(
+            store,
+            new_occurrence("past", due_at=at(-5)),
+            new_occurrence("exact", due_at=at(10)),
+            new_occurrence("future", due_at=at(10.000001)),
+        )
+        claimed = await claim(store, now=at(10))
+        assert [o.id for o in claimed] == [past.id, exact.id]
+
+    async def test_claim_takes_only_listed_tasks(self, store: Store) -> None:
+        """Only occurrences of the given tasks are claimed."""
+        mine, _ = await insert(
+            store, new_occurrence("mine", task="a"), new_occurrence("theirs", task="b")
+        )
+        assert [o.id for o in await claim(store, tasks=["a", "c"], now=T0)] == [mine.id]
+        assert await claim(store, tasks=[], now=T0) == []
+
+    async def test_claim_orders_by_due_at_then_plan_time_up_to_limit(self, store: Store) -> None:
+        """Claims go by due_at, then plan_time, and stop at limit."""
+        late, tie_late_plan, tie_early_plan, early = await insert(
+            store,
+            new_occurrence("late", due_at=at(-1)),
+            new_occurrence("tie2", due_at=at(-5), plan_time=at(-3)),
+            new_occurrence("tie1", due_at=at(-5), plan_time=at(-4)),
+            new_occurrence("early", due_at=at(-9)),
+        )
+        first = await claim(store, limit=3, now=T0)
+        assert [o.id for o in first] == [early.id, tie_early_plan.id, tie_late_plan.id]
+        assert [o.id for o in await claim(store, limit=3, now=T0)] == [late.id]
+        assert await claim(store, limit=0, now=T0) == []
+
+    async def test_claim_sets_the_running_fields(self, store: Store) -> None:
+        """A claim: running, attempt+1, token+1, runner, started_at=now, lease=now+ttl."""
+        (occ,) = await insert(store, new_occurrence("k", due_at=at(-1), max_attempts=3))
+        (got,) = await claim(store, instance="runner-1", ttl=timedelta(seconds=45), now=at(7))
+        assert got.id == occ.id
+        assert (got.state, got.attempt, got.fencing_token) == (State.RUNNING, 1, 1)
+        assert got.instance_id == "runner-1"
+        assert got.started_at == at(7)
+        assert got.lease_expires_at == at(52)
+        assert got.finished_at is None
+        assert await store.occurrence_get(occ.id) == got
+
+    async def test_claim_defaults_to_the_store_clock(self, store: Store, clock: FakeClock) -> None:
+        """Without now=, due-ness and lease expiry use the store's clock."""
+        await insert(store, new_occurrence("k", due_at=at(60)))
+        assert await claim(store) == []
+        clock.advance(60)
+        (got,) = await claim(store)
+        assert got.started_at == at(60) and got.lease_expires_at == at(60) + TTL
+
+    async def test_a_running_row_is_not_claimed_again(self, store: Store) -> None:
+        """Once claimed, an occurrence is not claimable until it is released or reaped."""
+        await insert(store, new_occurrence("k"))
+        assert len(await claim(store, instance="a", now=T0)) == 1
+        assert await claim(store, instance="b", now=at(1)) == []
+
+    async def test_terminal_rows_are_not_claimed(self, store: Store) -> None:
+        """Succeeded and dead occurrences are never claimed again."""
+        await insert(store, *(new_occurrence(f"k{n}") for n in range(2)))
+        first, second = await claim(store, now=T0)
+        await store.occurrence_complete(
+            "i1",
+            [
+                Outcome(first.id, first.fencing_token, State.SUCCEEDED),
+                Outcome(second.id, second.fencing_token, State.DEAD, "handler_error", "boom"),
+            ],
+            now=at(1),
+        )
+        assert await claim(store, now=at(2)) == []
+
+    async def test_racing_claimers_take_every_row_exactly_once(
+        self, store: Store, store2: Store
+    ) -> None:
+        """Many concurrent claims from two handles: no row is claimed twice, none is lost."""
+        await insert(store, *(new_occurrence(f"k{n}", due_at=at(-n)) for n in range(60)))
+        handles = (store, store2)
+        batches = await asyncio.gather(
+            *(claim(handles[n % 2], instance=f"i{n}", limit=4, now=T0) for n in range(20))
+        )
+        counts = Counter(o.id for batch in batches for o in batch)
+        assert counts and max(counts.values()) == 1
+        assert len(counts) == 60
+        running = await store.occurrence_list(state=State.RUNNING, limit=1000)
+        assert {(o.attempt, o.fencing_token) for o in running} == {(1, 1)}
+
+    async def test_reclaim_clears_the_previous_attempt(self, store: Store) -> None:
+        """A retry's claim clears finished_at, error and result of the failed attempt."""
+        await insert(store, new_occurrence("k", max_attempts=2))
+        (occ,) = await claim(store, now=T0)
+        failed = Outcome(occ.id, 1, State.FAILED, "handler_error", "boom", {"partial": 1}, at(5))
+        assert await store.occurrence_complete("i1", [failed], now=at(1)) == {occ.id}
+        (retry,) = await claim(store, now=at(5))
+        assert (retry.attempt, retry.fencing_token, retry.started_at) == (2, 2, at(5))
+        assert (retry.error_code, retry.error_message, retry.result) == (None, None, None)
+        assert retry.finished_at is None
+
+    # -- overlap ------------------------------------------------------------------------------
+    async def test_overlap_skip_marks_the_new_one_skipped(self, store: Store) -> None:
+        """overlap=skip: while the job+scope runs, a due occurrence becomes skipped."""
+        await insert(store, new_occurrence("first", overlap=Overlap.SKIP))
+        (running,) = await claim(store, now=T0)
+        (second,) = await insert(store, new_occurrence("second", overlap=Overlap.SKIP))
+        assert await claim(store, now=at(3)) == []
+        skipped = await store.occurrence_get(second.id)
+        assert skipped is not None
+        assert skipped.state == State.SKIPPED
+        assert skipped.error_code == ErrorCode.OVERLAP.value
+        assert skipped.finished_at == at(3)
+        assert skipped.attempt == 0
+        assert await store.occurrence_get(running.id) == running
+        done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+        await store.occurrence_complete("i1", [done], now=at(4))
+        assert await claim(store, now=at(5)) == []  # skipped is final
+
+    async def test_overlap_is_per_job_and_scope(self, store: Store) -> None:
+        """A running occurrence only blocks its own job and scope."""
+        await insert(store, new_occurrence("a", scope="s1", overlap=Overlap.SKIP))
+        await claim(store, now=T0)
+        other_scope, other_job = await insert(
+            store,
+            new_occurrence("b", scope="s2", overlap=Overlap.SKIP),
+            new_occurrence("c", job="other", scope="s1", overlap=Overlap.SKIP),
+        )
+        claimed = await claim(store, now=at(1))
+        assert {o.id for o in claimed} == {other_scope.id, other_job.id}
+
+    async def test_overlap_queue_waits_for_the_running_one(self, store: Store) -> None:
+        """overlap=queue: the new occurrence stays scheduled, then runs once the first ends."""
+        await insert(store, new_occurrence("first", overlap=Overlap.QUEUE))
+        (running,) = await claim(store, now=T0)
+        (queued,) = await insert(store, new_occurrence("second", overlap=Overlap.QUEUE))
+        assert await claim(store, now=at(1)) == []
+        waiting = await store.occurrence_get(queued.id)
+        assert waiting is not None and waiting.state == State.SCHEDULED
+        assert (waiting.error_code, waiting.finished_at) == (None, None)
+        done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+        await store.occurrence_complete("i1", [done], now=at(2))
+        assert [o.id for o in await claim(store, now=at(3))] == [queued.id]
+
+    async def test_overlap_allow_runs_side_by_side(self, store: Store) -> None:
+        """overlap=allow: occurrences of one job+scope are claimed together and while running."""
+        await insert(store, new_occurrence("a"), new_occurrence("b"))
+        assert len(await claim(store, now=T0)) == 2
+        await insert(store, new_occurrence("c"))
+        assert len(await claim(store, now=at(1))) == 1
+
+    async def test_overlap_skip_within_one_batch(self, store: Store) -> None:
+        """Two due skip occurrences of one job+scope in one claim: first runs, second skipped."""
+        first, second = await insert(
+            store,
+            new_occurrence("a", due_at=at(-2), overlap=Overlap.SKIP),
+            new_occurrence("b", due_at=at(-1), overlap=Overlap.SKIP),
+        )
+        assert [o.id for o in await claim(store, now=T0)] == [first.id]
+        after = await store.occurrence_get(second.id)
+        assert after is not None and after.state == State.SKIPPED
+        assert after.error_code == ErrorCode.OVERLAP.value
+
+    async def test_overlap_queue_within_one_batch(self, store: Store) -> None:
+        """Two due queue occurrences of one job+scope in one claim: first runs, second waits."""
+        first, second = await insert(
+            store,
+            new_occurrence("a", due_at=at(-2), overlap=Overlap.QUEUE),
+            new_occurrence("b", due_at=at(-1), overlap=Overlap.QUEUE),
+        )
+        assert [o.id for o in await claim(store, now=T0)] == [first.id]
+        after = await store.occurrence_get(second.id)
+        assert after is not None and after.state == State.SCHEDULED
+
+    async def test_an_allow_claim_in_the_batch_blocks_a_later_skip(self, store: Store) -> None:
+        """The same-batch rule counts any occurrence claimed earlier for the job+scope."""
+        _, later = await insert(
+            store,
+            new_occurrence("a", due_at=at(-2), overlap=Overlap.ALLOW),
+            new_occurrence("b", due_at=at(-1), overlap=Overlap.SKIP),
+        )
+        assert len(await claim(store, now=T0)) == 1
+        after = await store.occurrence_get(later.id)
+        assert after is not None and after.state == State.SKIPPED
+
+    async def test_skipped_rows_do_not_use_up_the_limit(self, store: Store) -> None:
+        """Skipped or queued candidates do not count toward limit; later ones are claimed."""
+        await insert(store, new_occurrence("run", job="busy", overlap=Overlap.SKIP))
+        await claim(store, now=T0)
+        await insert(
+            store,
+            new_occurrence("skip", job="busy", due_at=at(-3), overlap=Overlap.SKIP),
+            new_occurrence("queue", job="busy", due_at=at(-2), overlap=Overlap.QUEUE),
+        )
+        (free,) = await insert(store, new_occurrence("free", job="idle", due_at=at(-1)))
+        assert [o.id for o in await claim(store, limit=1, now=at(1))] == [free.id]

@@ -1,0 +1,246 @@
+"""What only the SQLite store promises: URLs, files, migrations, threads and processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from soloist.errors import ConfigError, StoreError, StoreUnavailableError
+from soloist.models import State
+from soloist.stores import open_store
+from soloist.stores.sqlite import SQLiteStore, sqlite_path
+from soloist.stores.sqlite.migrations import MIGRATIONS
+from soloist.testing import FakeClock
+from soloist.testing.conformance import T0, claim, new_occurrence
+
+
+def _url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def _versions(path: Path) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT version FROM soloist_schema_version ORDER BY version")
+        return [row[0] for row in rows]
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///soloist.db", "soloist.db"),
+        ("sqlite:///data/app.db", "data/app.db"),
+        ("sqlite:////tmp/x.db", "/tmp/x.db"),
+    ],
+)
+def test_url_paths_read_like_sqlalchemy(url: str, path: str) -> None:
+    """Three slashes then a relative path; four slashes for an absolute one."""
+    assert sqlite_path(url) == path
+
+
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://", "sqlite://host/x.db", "sqlite:x.db"])
+def test_bad_urls_raise_config_error_naming_them(url: str) -> None:
+    """An empty path or a malformed SQLite URL is a ConfigError that quotes the URL."""
+    with pytest.raises(ConfigError, match="sqlite:"):
+        SQLiteStore(url)
+
+
+def test_open_store_selects_the_sqlite_store(tmp_path: Path) -> None:
+    """open_store('sqlite:///...') returns a SQLiteStore for that path."""
+    store = open_store(_url(tmp_path / "x.db"))
+    assert isinstance(store, SQLiteStore) and store.path == str(tmp_path / "x.db")
+
+
+async def test_missing_directory_is_unavailable_naming_the_path(tmp_path: Path) -> None:
+    """A path in a directory that does not exist raises StoreUnavailableError naming it."""
+    path = tmp_path / "nope" / "x.db"
+    store = SQLiteStore(_url(path))
+    with pytest.raises(StoreUnavailableError, match=r"nope/x\.db.*does not exist"):
+        await store.migrate()
+    await store.close()
+    assert not path.parent.exists()
+
+
+async def test_a_directory_as_path_is_unavailable(tmp_path: Path) -> None:
+    """A path that is a directory cannot be opened: StoreUnavailableError naming it."""
+    store = SQLiteStore(_url(tmp_path))
+    with pytest.raises(StoreUnavailableError, match=re.escape(str(tmp_path))):
+        await store.migrate()
+    await store.close()
+
+
+async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> None:
+    """A file that is not SQLite raises StoreUnavailableError; the file is left as it was."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"not a database, " * 100)
+    store = SQLiteStore(_url(path))
+    with pytest.raises(StoreUnavailableError, match=r"notes\.txt"):
+        await store.migrate()
+    await store.close()
+    assert path.read_bytes() == b"not a database, " * 100
+
+
+async def test_migrate_twice_is_a_no_op(tmp_path: Path) -> None:
+    """The second migrate applies nothing: one version row per migration."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(_url(path))
+    await store.migrate()
+    await store.migrate()
+    await store.close()
+    assert _versions(path) == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_instances_migrating_at_once_are_safe(tmp_path: Path) -> None:
+    """Several stores on one fresh file migrate concurrently without error or double work."""
+    path = tmp_path / "s.db"
+    stores = [SQLiteStore(_url(path)) for _ in range(4)]
+    await asyncio.gather(*(store.migrate() for store in stores))
+    await asyncio.gather(*(store.close() for store in stores))
+    assert _versions(path) == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_the_file_uses_wal_and_times_are_integer_microseconds(tmp_path: Path) -> None:
+    """The database runs in WAL mode; times are stored as epoch microseconds."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(_url(path), clock=FakeClock(T0))
+    await store.migrate()
+    due = datetime(2026, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc)
+    await store.occurrence_insert(new_occurrence("k", due_at=due))
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        (stored,) = conn.execute("SELECT due_at FROM occurrences").fetchone()
+    assert stored == 1_767_225_600_000_001
+
+
+async def test_a_closed_store_raises_store_error(tmp_path: Path) -> None:
+    """Using a store after close() raises StoreError rather than hanging."""
+    store = SQLiteStore(_url(tmp_path / "s.db"))
+    await store.migrate()
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.occurrence_get("x")
+
+
+async def test_an_unmigrated_store_raises_store_error(tmp_path: Path) -> None:
+    """Driver errors (here: no tables yet) surface as StoreError, not sqlite3 errors."""
+    store = SQLiteStore(_url(tmp_path / "s.db"))
+    with pytest.raises(StoreError, match="no such table"):
+        await store.occurrence_get("x")
+    await store.close()
+
+
+def test_usable_from_several_event_loops_and_threads(tmp_path: Path) -> None:
+    """One store serves asyncio.run calls from different threads (the sync API's way)."""
+    store = SQLiteStore(_url(tmp_path / "s.db"), clock=FakeClock(T0))
+    asyncio.run(store.migrate())
+    errors: list[BaseException] = []
+
+    def insert_from_thread(n: int) -> None:
+        try:
+            asyncio.run(store.occurrence_insert(new_occurrence(f"k{n}")))
+        except BaseException as exc:  # reported to the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=insert_from_thread, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    assert len(asyncio.run(store.occurrence_list())) == 4
+    asyncio.run(store.close())
+
+
+_CLAIMER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from datetime import timedelta
+    from soloist.stores.sqlite import SQLiteStore
+
+    async def main() -> None:
+        store = SQLiteStore(sys.argv[1])
+        await store.migrate()
+        print("ready", flush=True)
+        sys.stdin.readline()  # wait for "go": every process starts claiming together
+        claimed = []
+        while True:
+            batch = await store.occurrence_claim(sys.argv[2], ["task"], 3, timedelta(minutes=5))
+            if not batch:
+                break
+            claimed += [occ.id for occ in batch]
+        await store.close()
+        print(json.dumps(claimed), flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_processes_racing_to_claim_take_each_row_once(tmp_path: Path) -> None:
+    """Three OS processes claiming from one file: every row is claimed exactly once."""
+    url = _url(tmp_path / "race.db")
+    store = SQLiteStore(url, clock=FakeClock(T0))
+    await store.migrate()
+    due = datetime(2020, 1, 1, tzinfo=timezone.utc)  # due for any real clock
+    for n in range(200):
+        await store.occurrence_insert(new_occurrence(f"k{n}", due_at=due + timedelta(seconds=n)))
+    expected = {occ.id for occ in await store.occurrence_list(limit=1000)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CLAIMER, url, f"proc-{n}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for n in range(3)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [proc.communicate(timeout=60) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    claimed: list[str] = []
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        claimed += json.loads(out)
+    assert len(claimed) == len(set(claimed)) == 200
+    assert set(claimed) == expected
+    rows = await store.occurrence_list(limit=1000)
+    assert {(o.state, o.attempt, o.fencing_token) for o in rows} == {(State.RUNNING, 1, 1)}
+    await store.close()
+
+
+async def test_two_handles_claim_disjoint_batches(tmp_path: Path) -> None:
+    """Two stores on one file, claiming in turn, never see each other's running rows."""
+    url = _url(tmp_path / "s.db")
+    first, second = SQLiteStore(url), SQLiteStore(url)
+    await first.migrate()
+    await second.migrate()
+    for n in range(6):
+        await first.occurrence_insert(new_occurrence(f"k{n}"))
+    a = await claim(first, instance="a", limit=4, now=T0)
+    b = await claim(second, instance="b", limit=4, now=T0)
+    assert len(a) == 4 and len(b) == 2
+    assert not {o.id for o in a} & {o.id for o in b}
+    await first.close()
+    await second.close()

@@ -1,0 +1,263 @@
+"""The runtime services driven tick by tick on a fake clock and the memory store."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from soloist import Scheduler, every
+from soloist.models import State
+from soloist.runtime import Runtime
+from soloist.stores.memory import MemoryStore
+from soloist.testing import FakeClock
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def make_app(clock: FakeClock, store: MemoryStore, iid: str, **options: object) -> Scheduler:
+    return Scheduler(store, instance_id=iid, clock=clock, lease_ttl="9s", **options)  # type: ignore[arg-type]
+
+
+async def started(app: Scheduler) -> Runtime:
+    """A runtime whose services are built but not looping: tests call tick() themselves."""
+    store = await app._ready_store()
+    runtime = Runtime(store, app.registry, app.config, app.clock)
+    await runtime.register()
+    return runtime
+
+
+async def settle(runtime: Runtime) -> None:
+    """Wait until every handler this runtime started has finished and been recorded."""
+    tasks = [r.task for r in runtime.executor.active.values() if r.task is not None]
+    if tasks:
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemoryStore:
+    return MemoryStore("memory://", clock=clock)
+
+
+async def test_two_planners_plan_each_instant_once(clock: FakeClock, store: MemoryStore) -> None:
+    """Two instances planning the same job create one occurrence per plan time."""
+    runtimes = []
+    for iid in ("a", "b"):
+        app = make_app(clock, store, iid)
+        app.job(every("1s"), name="tick")(lambda ctx: None)
+        runtimes.append(await started(app))
+    for _ in range(10):
+        clock.advance(0.5)
+        for runtime in runtimes:
+            await runtime.planner.tick()
+    plans = [o.plan_time for o in await store.occurrence_list(job="tick", limit=1000)]
+    assert len(plans) == len(set(plans))
+    assert sorted(plans) == [T0 + timedelta(seconds=s) for s in range(1, 7)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected_missed"),
+    [("skip", 0), ("latest", 1), ("all", 50)],
+)
+async def test_catch_up_policies_after_downtime(
+    clock: FakeClock, store: MemoryStore, policy: str, expected_missed: int
+) -> None:
+    """After downtime, skip runs no missed instant, latest runs one, all runs each one."""
+    app = make_app(clock, store, "a")
+    app.job(every("1m"), name="minutely", catch_up=policy)(lambda ctx: None)
+    runtime = await started(app)
+    await runtime.planner.tick()  # first sight: cursor starts now
+    clock.advance(timedelta(minutes=50, seconds=30))  # down for 50 minutes
+    await runtime.planner.tick()
+    plans = sorted(o.plan_time for o in await store.occurrence_list(job="minutely", limit=1000))
+    assert len(plans) == expected_missed
+    if policy == "latest":
+        assert plans == [T0 + timedelta(minutes=50)]
+
+
+async def test_catch_up_window_bounds_all(clock: FakeClock, store: MemoryStore) -> None:
+    """catch_up='all' with a window replays only the missed instants inside the window."""
+    app = make_app(clock, store, "a")
+    app.job(every("1m"), name="m", catch_up="all", catch_up_window="10m")(lambda ctx: None)
+    runtime = await started(app)
+    await runtime.planner.tick()
+    clock.advance(timedelta(minutes=60, seconds=1))
+    await runtime.planner.tick()
+    plans = sorted(o.plan_time for o in await store.occurrence_list(job="m", limit=1000))
+    assert plans[0] == T0 + timedelta(minutes=51)
+    assert len(plans) == 10
+
+
+async def test_max_runs_and_pause_stop_planning(clock: FakeClock, store: MemoryStore) -> None:
+    """max_runs caps the planned occurrences; a paused job plans nothing, even after resume."""
+    app = make_app(clock, store, "a")
+    app.job(every("1s", max_runs=3), name="three")(lambda ctx: None)
+    app.job(every("1s"), name="paused")(lambda ctx: None)
+    runtime = await started(app)
+    await app.apause("paused")
+    for _ in range(6):
+        clock.advance(1)
+        await runtime.planner.tick()
+    await app.aresume("paused")
+    await runtime.planner.tick()
+    assert len(await store.occurrence_list(job="three")) == 3
+    assert await store.occurrence_list(job="paused") == []
+
+
+async def test_executor_runs_and_records_success(clock: FakeClock, store: MemoryStore) -> None:
+    """A claimed async handler runs with its context and its result is recorded."""
+    app = make_app(clock, store, "a")
+    seen = []
+
+    @app.task
+    async def greet(ctx, name: str) -> str:  # type: ignore[no-untyped-def]
+        seen.append((ctx.attempt, ctx.fencing_token, name))
+        return f"hi {name}"
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue("greet", name="ada")
+    await runtime.executor.tick()
+    await settle(runtime)
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None and occ.state is State.SUCCEEDED
+    assert occ.result == "hi ada" and occ.instance_id == "a"
+    assert seen == [(1, 1, "ada")]
+
+
+async def test_failures_retry_with_backoff_then_die(clock: FakeClock, store: MemoryStore) -> None:
+    """A failing handler is retried after its backoff and is dead after the last attempt."""
+    app = make_app(clock, store, "a")
+
+    @app.task(retries=2, backoff="fixed", backoff_base="30s")
+    def flaky(ctx) -> None:  # type: ignore[no-untyped-def]
+        raise RuntimeError(f"boom {ctx.attempt}")
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue(flaky)
+    states = []
+    for _ in range(3):
+        await runtime.executor.tick()
+        await settle(runtime)
+        occ = await store.occurrence_get(occ_id)
+        assert occ is not None
+        states.append((occ.state, occ.attempt, occ.error_code))
+        await runtime.executor.tick()  # not due yet: backoff holds it
+        assert not runtime.executor.active
+        clock.advance(34)  # fixed 30 s plus at most 10 % jitter
+    assert states == [
+        (State.FAILED, 1, "handler_error"),
+        (State.FAILED, 2, "handler_error"),
+        (State.DEAD, 3, "handler_error"),
+    ]
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None and "boom 3" in (occ.error_message or "")
+
+
+async def test_async_timeout_is_recorded(clock: FakeClock, store: MemoryStore) -> None:
+    """An async handler past its timeout is cancelled and recorded as timeout."""
+    app = make_app(clock, store, "a")
+    cancelled = asyncio.Event()
+
+    @app.task(timeout=0.05)
+    async def slow(ctx) -> None:  # type: ignore[no-untyped-def]
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue(slow)
+    await runtime.executor.tick()
+    await settle(runtime)
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None and (occ.state, occ.error_code) == (State.DEAD, "timeout")
+    assert cancelled.is_set()
+
+
+async def test_stale_runner_is_fenced_out(clock: FakeClock, store: MemoryStore) -> None:
+    """A runner whose lease expired and was taken over cannot write its result."""
+    release = asyncio.Event()
+    apps = []
+    for iid in ("a", "b"):
+        app = make_app(clock, store, iid)
+
+        @app.task(name="work", retries=1)
+        async def work(ctx) -> str:  # type: ignore[no-untyped-def]
+            if ctx.instance_id == "a":
+                await release.wait()
+            return ctx.instance_id  # type: ignore[no-any-return]
+
+        apps.append(app)
+    a, b = [await started(app) for app in apps]
+    occ_id = await apps[0].aenqueue("work")
+    await a.executor.tick()
+    assert occ_id in a.executor.active
+    clock.advance(10)  # a's lease (9 s) expires without renewal: a is frozen
+    reaped = await b.reaper.store.occurrence_reap()
+    assert [o.error_code for o in reaped] == ["lease_expired"]
+    await b.executor.tick()
+    await settle(b)
+    release.set()
+    await settle(a)
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None
+    assert (occ.state, occ.instance_id, occ.result, occ.attempt) == (
+        State.SUCCEEDED,
+        "b",
+        "b",
+        2,
+    )
+    assert a.executor.counts["fenced"] == 1
+
+
+async def test_overlap_skip_records_skipped(clock: FakeClock, store: MemoryStore) -> None:
+    """With overlap=skip, an occurrence due while the previous one runs is skipped."""
+    app = make_app(clock, store, "a")
+    gate = asyncio.Event()
+
+    @app.job(every("1s"), name="long")
+    async def long(ctx) -> None:  # type: ignore[no-untyped-def]
+        await gate.wait()
+
+    runtime = await started(app)
+    await runtime.planner.tick()
+    clock.advance(1)
+    await runtime.executor.tick()
+    clock.advance(1)
+    await runtime.planner.tick()
+    clock.advance(1)
+    await runtime.executor.tick()
+    gate.set()
+    await settle(runtime)
+    states = sorted(o.state.value for o in await store.occurrence_list(job="long"))
+    assert "skipped" in states and "succeeded" in states
+
+
+async def test_graceful_stop_releases_unfinished_runs(clock: FakeClock, store: MemoryStore) -> None:
+    """On stop, a handler that outlives the grace period is released for another instance."""
+    app = make_app(clock, store, "a", grace_period="2s")
+
+    @app.task
+    async def forever(ctx) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.Event().wait()
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue(forever)
+    await runtime.executor.tick()
+    stopping = asyncio.create_task(runtime.stop())
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        clock.advance(0.1)
+        if stopping.done():
+            break
+    await asyncio.wait_for(stopping, 5)
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None
+    assert (occ.state, occ.attempt, occ.error_code) == (State.SCHEDULED, 0, "cancelled")
