@@ -86,7 +86,7 @@ def run_demo(seconds: int = 14, instances: int = 3, echo: Callable[[str], None] 
                     note = f"  (attempt {occ.attempt}: picked up)" if occ.attempt > 1 else ""
                     echo(f"  {_clock(occ.plan_time)}  ran on {occ.instance_id}{note}")
             if killed is None and time.monotonic() - started > seconds * 0.4:
-                killed = _kill_one(procs, history, echo)
+                killed = _kill_one(url, procs, history, echo)
         echo("stopping the survivors with SIGTERM")
         stopped_at = datetime.now(timezone.utc)
         for iid, proc in procs.items():
@@ -102,11 +102,19 @@ def run_demo(seconds: int = 14, instances: int = 3, echo: Callable[[str], None] 
 
 
 def _kill_one(
+    url: str,
     procs: dict[str, subprocess.Popen[bytes]],
     history: list[Occurrence],
     echo: Callable[[str], None],
 ) -> str:
+    # Aim at an instance in the middle of a run: that run must be picked up by another.
+    deadline = time.monotonic() + 3
     busy = [o for o in history if o.state is State.RUNNING and o.instance_id in procs]
+    while not busy and time.monotonic() < deadline:
+        time.sleep(0.05)
+        busy = [
+            o for o in _history(url) if o.state is State.RUNNING and o.instance_id in procs
+        ]
     victim = busy[0].instance_id if busy else sorted(procs)[1 % len(procs)]
     assert victim is not None
     os.kill(procs[victim].pid, signal.SIGKILL)

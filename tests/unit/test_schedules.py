@@ -22,8 +22,10 @@ from soloist.schedules import (
 UTC = timezone.utc
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def take(schedule: Schedule, t: datetime, n: int) -> list[datetime]:

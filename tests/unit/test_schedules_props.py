@@ -214,8 +214,14 @@ def dst_cases(draw: st.DrawFn) -> tuple[str, Spec, datetime, datetime]:
     second_text = draw(st.sampled_from(sorted(SECONDS)))
     spec = Spec(
         (second_text, minute_text, ",".join(map(str, sorted(hours))), "*", "*", "*"),
-        (frozenset(SECONDS[second_text]), frozenset(minutes), frozenset(hours))
-        + (frozenset(range(1, 32)), frozenset(range(1, 13)), frozenset(range(7))),
+        (
+            frozenset(SECONDS[second_text]),
+            frozenset(minutes),
+            frozenset(hours),
+            frozenset(range(1, 32)),
+            frozenset(range(1, 13)),
+            frozenset(range(7)),
+        ),
         draw(st.booleans()),
     )
     t = change + timedelta(microseconds=draw(st.integers(-3 * 3600 * 10**6, 3 * 3600 * 10**6)))
