@@ -6,7 +6,8 @@ reads the clock (the single exception: :func:`at` with a delay and no ``now``) a
 no I/O, so every process computes the same instants, and tests can ask about any time.
 
 Options shared by ``cron`` and ``every``: ``start`` (no instant before it), ``end`` (no
-instant after it), ``max_runs`` (stored only: the planner counts runs) and ``jitter``.
+instant after it), ``max_runs`` (stored only: the planner counts runs) and ``jitter`` (a
+duration; zero means none; see :meth:`Schedule.jitter_offset`).
 ``start`` and ``end`` accept an aware datetime, an RFC 3339 string (``Z`` allowed) or a
 date-only string ``"2027-01-01"``, which means midnight UTC of that day.
 
@@ -15,8 +16,8 @@ Cron and daylight saving time follow system (Vixie/Debian) cron. An expression i
 Debian cron and cronsim):
 
 * fixed-time: a wall time that the spring-forward gap skips runs once, at the transition
-  instant (the first real wall time after the gap); a wall time that falls back repeats
-  runs once, in its first pass (``fold=0``).
+  instant (the first real wall time after the gap); a wall time that occurs twice when
+  clocks fall back runs once, in its first pass (``fold=0``).
 * otherwise (``*/15 * * * *``, ``0 * * * *``): real elapsed time. Instants are the ones
   whose wall time matches, so both passes of a repeated hour fire and a skipped hour has
   none.
@@ -37,12 +38,13 @@ of a repeated hour, and skips matches after 30-minute shifts (Australia/Lord_How
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -87,7 +89,12 @@ _WHEN_EXPECTED = (
     "or a delay such as '10s'"
 )
 _DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
-_OPTION_KEYS = frozenset({"start", "end", "max_runs", "jitter_s"})
+_OPTIONS = {"start", "end", "max_runs", "jitter_s"}
+_KEYS = {  # schedule_from_dict: type -> (required keys, optional keys)
+    "cron": ({"expr"}, {"tz", *_OPTIONS}),
+    "every": ({"interval_s"}, _OPTIONS),
+    "at": ({"when"}, {"relative", "jitter_s"}),
+}
 
 
 def _micros(delta: timedelta) -> int:
@@ -118,14 +125,7 @@ def _instant(value: object, what: str) -> datetime | None:
     parsed = value
     if isinstance(value, str):
         text = value.strip()
-        if _DATE_ONLY.fullmatch(text):
-            try:
-                day = date.fromisoformat(text)
-            except ValueError:
-                day = None
-            parsed = None if day is None else datetime(day.year, day.month, day.day, tzinfo=_UTC)
-        else:
-            parsed = _parse_rfc3339(text)
+        parsed = _parse_rfc3339(text + "T00:00:00Z" if _DATE_ONLY.fullmatch(text) else text)
     if not isinstance(parsed, datetime):
         raise ScheduleError(
             f"invalid {what} {value!r}: expected an aware datetime, an RFC 3339 string such "
@@ -223,6 +223,19 @@ class Schedule(ABC):
         digest = hashlib.sha256(key.encode("utf-8")).digest()
         return timedelta(microseconds=int.from_bytes(digest[:8], "big") % _micros(self.jitter))
 
+    def with_limits(self, *, end: object = None, max_runs: object = None) -> Schedule:
+        """A copy with ``end`` and/or ``max_runs`` set (``None`` keeps the current value).
+        Refused for a one-shot schedule, which runs once anyway."""
+        changes = {k: v for k, v in (("end", end), ("max_runs", max_runs)) if v is not None}
+        if not changes:
+            return self
+        if isinstance(self, OneShotSchedule):
+            raise ScheduleError(
+                f"invalid {' and '.join(changes)} {tuple(changes.values())!r} for "
+                f"{self.describe()}: a one-shot schedule runs once"
+            )
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form; :func:`schedule_from_dict` is its exact inverse."""
@@ -287,10 +300,8 @@ class CronSchedule(Schedule):
         expanded = _ALIASES.get(self.expr.strip().lower(), " ".join(self.expr.split()))
         fields = expanded.split()
         if expanded.startswith("@") or len(fields) not in (5, 6):
-            why = f"{len(fields)} fields"
-            if expanded.startswith("@"):
-                reboot = expanded.lower() == "@reboot"
-                why = "@reboot has no planned instant" if reboot else "unknown alias"
+            why = "unknown alias" if expanded.startswith("@") else f"{len(fields)} fields"
+            why = "@reboot has no planned instant" if expanded.lower() == "@reboot" else why
             raise ScheduleError(f"invalid cron expression {self.expr!r}: {why}; {_CRON_EXPECTED}")
         try:
             next(CronSim(expanded, datetime(2000, 1, 1)))
@@ -462,8 +473,11 @@ def every(
     ``every("5m")`` fires on multiples of 5 minutes since the Unix epoch, or since
     ``start`` when given. ``interval`` must be at least 1ms.
     """
+    delta = _duration(interval, "interval")
+    if delta < _MIN_INTERVAL:
+        raise ScheduleError(f"invalid interval {interval!r}: must be at least 1ms")
     return IntervalSchedule(
-        _duration(interval, "interval"),
+        delta,
         start=_instant(start, "start"),
         end=_instant(end, "end"),
         max_runs=max_runs,
@@ -508,17 +522,11 @@ def schedule_from_dict(d: Mapping[str, Any]) -> Schedule:
     """Rebuild a schedule from :meth:`Schedule.to_dict` output; ScheduleError if bad."""
     if not isinstance(d, Mapping):
         raise ScheduleError(f"invalid schedule {d!r}: expected a mapping with a 'type' key")
-    required = {"cron": {"expr"}, "every": {"interval_s"}, "at": {"when"}}
-    optional = {
-        "cron": {"tz", *_OPTION_KEYS},
-        "every": _OPTION_KEYS,
-        "at": {"relative", "jitter_s"},
-    }
     kind = d.get("type")
-    if kind not in required:
+    if not isinstance(kind, str) or kind not in _KEYS:
         raise ScheduleError(f"invalid schedule {d!r}: 'type' must be 'cron', 'every' or 'at'")
-    missing = required[kind] - set(d)
-    unknown = set(d) - required[kind] - optional[kind] - {"type"}
+    required, optional = _KEYS[kind]
+    missing, unknown = required - set(d), set(d) - required - optional - {"type"}
     if missing or unknown:
         raise ScheduleError(
             f"invalid {kind} schedule {d!r}: missing {sorted(missing)}, unknown {sorted(unknown)}"

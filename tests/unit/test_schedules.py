@@ -304,6 +304,8 @@ def test_to_dict_shape() -> None:
     [
         {},
         {"type": "rrule"},
+        {"type": ["cron"]},
+        {"type": "every", "interval_s": 60, "max_runs": "3"},
         {"type": "cron"},
         {"type": "cron", "expr": "* * * * *", "color": "red"},
         {"type": "cron", "expr": 5},
