@@ -112,9 +112,7 @@ def _kill_one(
     busy = [o for o in history if o.state is State.RUNNING and o.instance_id in procs]
     while not busy and time.monotonic() < deadline:
         time.sleep(0.05)
-        busy = [
-            o for o in _history(url) if o.state is State.RUNNING and o.instance_id in procs
-        ]
+        busy = [o for o in _history(url) if o.state is State.RUNNING and o.instance_id in procs]
     victim = busy[0].instance_id if busy else sorted(procs)[1 % len(procs)]
     assert victim is not None
     os.kill(procs[victim].pid, signal.SIGKILL)

@@ -261,3 +261,74 @@ async def test_graceful_stop_releases_unfinished_runs(clock: FakeClock, store: M
     occ = await store.occurrence_get(occ_id)
     assert occ is not None
     assert (occ.state, occ.attempt, occ.error_code) == (State.SCHEDULED, 0, "cancelled")
+
+
+async def test_scopes_get_independent_streams(clock: FakeClock, store: MemoryStore) -> None:
+    """A job with a scope provider gets one occurrence per scope per plan time."""
+    app = make_app(clock, store, "a")
+    tenants = ["acme", "globex"]
+    app.job(every("1m"), name="report", scopes=lambda now: tenants)(lambda ctx: None)
+    runtime = await started(app)
+    await runtime.planner.tick()
+    clock.advance(60)
+    await runtime.planner.tick()
+    tenants.append("initech")  # a new scope starts from now, no back-fill
+    clock.advance(60)
+    await runtime.planner.tick()
+    rows = await store.occurrence_list(job="report", limit=100)
+    by_scope = sorted((o.scope, o.plan_time.minute) for o in rows)
+    assert by_scope == [
+        ("acme", 1),
+        ("acme", 2),
+        ("globex", 1),
+        ("globex", 2),
+    ]
+
+
+async def test_planner_sleeps_until_the_next_plan_time(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """The planner wakes just before the next plan time, not on a fixed tick."""
+    app = make_app(clock, store, "a", poll_interval="1h")
+    app.job(every("10m"), name="ten")(lambda ctx: None)
+    runtime = await started(app)
+    delay = await runtime.planner.tick()
+    # next instant is 12:10; lookahead 1 s; the clock reads 12:00:00
+    assert delay == pytest.approx(600 - 1)
+
+
+async def test_handler_cancelling_itself_is_recorded_cancelled(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A handler that raises CancelledError is recorded with error code cancelled."""
+    app = make_app(clock, store, "a")
+
+    @app.task
+    async def quits(ctx) -> None:  # type: ignore[no-untyped-def]
+        raise asyncio.CancelledError
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue(quits)
+    await runtime.executor.tick()
+    await settle(runtime)
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None and (occ.state, occ.error_code) == (State.DEAD, "cancelled")
+
+
+async def test_handler_raising_base_exception_is_a_panic(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A sync handler raising SystemExit is recorded as handler_panic; the instance lives on."""
+    app = make_app(clock, store, "a")
+
+    @app.task
+    def exits(ctx) -> None:  # type: ignore[no-untyped-def]
+        raise SystemExit(3)
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue(exits)
+    await runtime.executor.tick()
+    await settle(runtime)
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None and (occ.state, occ.error_code) == (State.DEAD, "handler_panic")
+    assert "SystemExit" in (occ.error_message or "")

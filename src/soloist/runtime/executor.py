@@ -126,6 +126,7 @@ class Executor(Service):
         code: ErrorCode | None = None
         message: str | None = None
         result: Any = None
+        cancelled = False
         try:
             result = await self._invoke(task, ctx, occ)
         except LeaseLostError as exc:
@@ -136,9 +137,10 @@ class Executor(Service):
         except asyncio.CancelledError:
             if run.released:
                 return  # graceful shutdown: the lease was handed back
-            if not run.cancelled_for_lease:
-                raise
-            code, message = ErrorCode.LEASE_LOST, "lease lost while running; cancelled"
+            if run.cancelled_for_lease:
+                code, message = ErrorCode.LEASE_LOST, "lease lost while running; cancelled"
+            else:  # cancelled by the handler itself or by the event loop closing
+                code, message, cancelled = ErrorCode.CANCELLED, "cancelled", True
         except Exception as exc:
             code = ErrorCode.HANDLER_ERROR
             message = _describe(exc)
@@ -148,6 +150,8 @@ class Executor(Service):
         if run.released:
             return
         await self._record(run, task, code, message, result)
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _invoke(self, task: TaskDef, ctx: JobContext, occ: Occurrence) -> Any:
         timeout = task.timeout.total_seconds() if task.timeout else None

@@ -1,0 +1,1 @@
+"""Acceptance tier: several real OS processes against one store (STYLE.md, Tests)."""
