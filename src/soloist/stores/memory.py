@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from soloist.clock import UTC, Clock, SystemClock
-from soloist.errors import ConfigError, DuplicateJobError, PayloadError
+from soloist.clock import Clock, SystemClock
+from soloist.errors import ConfigError, DuplicateJobError
 from soloist.models import (
     CLAIMABLE_STATES,
     Claimed,
@@ -34,6 +34,7 @@ from soloist.models import (
     State,
 )
 from soloist.payload import validate_payload
+from soloist.stores._values import aware_utc, result_json
 
 __all__ = ["MemoryStore"]
 
@@ -72,7 +73,7 @@ class MemoryStore:
         return self._clock.now()
 
     def _now(self, now: datetime | None) -> datetime:
-        return _utc(now, "now") if now is not None else self._clock.now()
+        return aware_utc(now, "now") if now is not None else self._clock.now()
 
     # -- occurrences ------------------------------------------------------------------------
     async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
@@ -105,8 +106,8 @@ class MemoryStore:
         items: Sequence[NewOccurrence],
     ) -> bool:
         created = self._clock.now()
-        expected = _utc(expected_last, "expected_last") if expected_last is not None else None
-        new_last = _utc(new_last, "new_last")
+        expected = aware_utc(expected_last, "expected_last") if expected_last is not None else None
+        new_last = aware_utc(new_last, "new_last")
         news = [_new_occurrence(item, created) for item in items]
         with self._lock:
             cursor = self._cursors.get((job, scope))
@@ -353,12 +354,6 @@ class MemoryStore:
 
 
 # -- helpers shared by the methods above ---------------------------------------------------
-def _utc(moment: datetime, what: str) -> datetime:
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ConfigError(f"invalid {what} {moment!r}: expected a timezone-aware datetime")
-    return moment.astimezone(UTC)
-
-
 def _running(occ: Occurrence) -> bool:
     return occ.state == State.RUNNING
 
@@ -374,8 +369,8 @@ def _new_occurrence(item: NewOccurrence, now: datetime) -> Occurrence:
         job=item.job,
         task=item.task,
         scope=item.scope,
-        plan_time=_utc(item.plan_time, "plan_time"),
-        due_at=_utc(item.due_at, "due_at"),
+        plan_time=aware_utc(item.plan_time, "plan_time"),
+        due_at=aware_utc(item.due_at, "due_at"),
         kind=item.kind,
         state=State.SCHEDULED,
         attempt=0,
@@ -405,10 +400,8 @@ def _skipped(occ: Occurrence, now: datetime) -> Occurrence:
 
 def _result(value: Any) -> Any:
     """``value`` JSON round-tripped, or PayloadError: results are stored as JSON."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"invalid result {value!r}: not JSON-serialisable ({exc})") from None
+    text = result_json(value)
+    return None if text is None else json.loads(text)
 
 
 def _retry_at(outcome: Outcome, now: datetime) -> datetime:
@@ -417,7 +410,7 @@ def _retry_at(outcome: Outcome, now: datetime) -> datetime:
             f"invalid outcome state {outcome.state!r} for {outcome.id}: "
             "expected succeeded, failed or dead"
         )
-    return _utc(outcome.retry_at, "retry_at") if outcome.retry_at is not None else now
+    return aware_utc(outcome.retry_at, "retry_at") if outcome.retry_at is not None else now
 
 
 def _job(record: JobRecord, now: datetime) -> JobRecord:
@@ -426,5 +419,5 @@ def _job(record: JobRecord, now: datetime) -> JobRecord:
         schedule=validate_payload(record.schedule, what=f"schedule of job {record.name!r}"),
         payload=validate_payload(record.payload, what=f"payload of job {record.name!r}"),
         metadata=validate_payload(record.metadata, what=f"metadata of job {record.name!r}"),
-        created_at=_utc(record.created_at, "created_at") if record.created_at else now,
+        created_at=aware_utc(record.created_at, "created_at") if record.created_at else now,
     )

@@ -9,19 +9,16 @@ from __future__ import annotations
 import json
 import sqlite3
 from datetime import datetime
-from typing import Any
 
-from soloist.clock import UTC, from_epoch_us, to_epoch_us
-from soloist.errors import ConfigError, PayloadError
+from soloist.clock import from_epoch_us, to_epoch_us
 from soloist.models import JobRecord, Kind, NewOccurrence, Occurrence, Overlap, State
 from soloist.payload import validate_payload
+from soloist.stores._values import aware_utc, result_json
 
 
 def us(moment: datetime, what: str) -> int:
     """``moment`` as epoch microseconds; naive datetimes are a caller bug, named here."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ConfigError(f"invalid {what} {moment!r}: expected a timezone-aware datetime")
-    return to_epoch_us(moment.astimezone(UTC))
+    return to_epoch_us(aware_utc(moment, what))
 
 
 def opt_time(value: int | None) -> datetime | None:
@@ -33,13 +30,7 @@ def dump_object(value: object, what: str) -> str:
     return json.dumps(validate_payload(value, what=what), allow_nan=False)
 
 
-def dump_result(value: Any) -> str | None:
-    if value is None:
-        return None
-    try:
-        return json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"invalid result {value!r}: not JSON-serialisable ({exc})") from None
+dump_result = result_json
 
 
 def insert_params(occurrence_id: str, item: NewOccurrence, created_at: int) -> tuple[object, ...]:
