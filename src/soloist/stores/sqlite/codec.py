@@ -13,7 +13,7 @@ from datetime import datetime
 from soloist.clock import from_epoch_us, to_epoch_us
 from soloist.models import JobRecord, Kind, NewOccurrence, Occurrence, Overlap, State
 from soloist.payload import validate_payload
-from soloist.stores._values import aware_utc, result_json
+from soloist.stores._values import aware_utc
 
 
 def us(moment: datetime, what: str) -> int:
@@ -28,9 +28,6 @@ def opt_time(value: int | None) -> datetime | None:
 def dump_object(value: object, what: str) -> str:
     """A JSON object as text, or PayloadError naming what is wrong with it."""
     return json.dumps(validate_payload(value, what=what), allow_nan=False)
-
-
-dump_result = result_json
 
 
 def insert_params(occurrence_id: str, item: NewOccurrence, created_at: int) -> tuple[object, ...]:

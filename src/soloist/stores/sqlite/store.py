@@ -22,6 +22,7 @@ from soloist.models import (
     PlanCursor,
     State,
 )
+from soloist.stores._values import result_json
 from soloist.stores.sqlite import codec, migrations, ops
 
 __all__ = ["SQLiteStore", "sqlite_path"]
@@ -222,7 +223,7 @@ class SQLiteStore:
                     None if retry else at,
                     outcome.error_code,
                     outcome.error_message,
-                    codec.dump_result(outcome.result),
+                    result_json(outcome.result),
                     outcome.id,
                     instance_id,
                     outcome.fencing_token,
