@@ -36,9 +36,11 @@ if not Path(SOLOIST).exists():  # pragma: no cover - depends on the install
 POLL = 0.1
 
 
-def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll ``condition`` every 0.1 s until it returns a truthy value (returned); fail the
-    test naming ``what`` if ``timeout`` seconds pass first."""
+def wait_for(
+    condition: Callable[[], T | None], timeout: float, what: str, interval: float = POLL
+) -> T:
+    """Poll ``condition`` every ``interval`` seconds until it returns a truthy value (which
+    is returned); fail the test naming ``what`` if ``timeout`` seconds pass first."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -46,7 +48,7 @@ def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(POLL)
+        time.sleep(interval)
 
 
 class Instance:

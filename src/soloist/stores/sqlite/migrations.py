@@ -101,6 +101,8 @@ def schema_version(conn: sqlite3.Connection) -> int:
 
 def migrate(conn: sqlite3.Connection) -> list[int]:
     """Apply the missing migrations atomically; return the versions applied (often none)."""
+    if schema_version(conn) == len(MIGRATIONS):
+        return []  # the common case: read only, no write lock taken
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_VERSION_TABLE)
