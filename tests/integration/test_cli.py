@@ -284,7 +284,7 @@ def test_trigger_runs_a_job_once_now(cli: Cli) -> None:
 
 def test_trigger_without_a_running_instance_runs_when_one_starts(cli: Cli) -> None:
     """A trigger made while no instance runs is stored and runs once an instance starts."""
-    cli.stop(cli.started())
+    assert cli.stop(cli.started()) == 0, cli.logs()
     out = cli.ok("trigger", "yearly")
     [queued] = cli.history("--job", "yearly")
     assert queued["state"] == "scheduled"
