@@ -13,6 +13,15 @@ from soloist.errors import LeaseLostError
 from soloist.models import JSONDict, Occurrence
 
 
+class _FieldsAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Adds the occurrence's fields to each record and keeps the call's own ``extra``
+    (the stdlib adapter replaces it, before Python 3.13)."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
+
+
 @dataclass
 class JobContext:
     """One attempt of one occurrence, as its handler sees it.
@@ -63,7 +72,7 @@ class JobContext:
             fencing_token=occ.fencing_token,
             instance_id=instance_id,
             payload=occ.payload,
-            logger=logging.LoggerAdapter(logger, extra),
+            logger=_FieldsAdapter(logger, extra),
             _renew=renew,
             _loop=loop,
         )

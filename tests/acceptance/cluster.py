@@ -1,9 +1,9 @@
 """Helpers of the acceptance tier: real ``soloist run`` processes on one SQLite file.
 
-A test asks the ``cluster`` fixture (conftest.py) for instances of an app in ``apps/``; each runs as its
-own OS process (the installed ``soloist`` command), logs to a file, and is killed at
-teardown if the test left it running. Results are read from the store's history, and
-conditions are awaited by polling with a deadline, never by fixed sleeps.
+A test asks the ``cluster`` fixture (conftest.py) for instances of an app in ``apps/``;
+each runs as its own OS process (the installed ``soloist`` command), logs to a file, and
+is killed at teardown if the test left it running. Results are read from the store's
+history, and conditions are awaited by polling with a deadline, never by fixed sleeps.
 """
 
 from __future__ import annotations
@@ -118,9 +118,7 @@ class Cluster:
         handler is then installed)."""
         started = [self.start(app, iid) for iid in iids]
         for instance in started:
-            wait_for(
-                lambda i=instance: self._has_started(i), timeout, f"{instance.iid} to start"
-            )
+            wait_for(lambda i=instance: self._has_started(i), timeout, f"{instance.iid} to start")
         return started
 
     def _has_started(self, instance: Instance) -> bool:
@@ -144,7 +142,9 @@ class Cluster:
 
     def enqueue(self, app: str, task: str, **payload: Any) -> str:
         """Queue ``task`` with the CLI; return the occurrence id."""
-        out = self.soloist("enqueue", task, "--app", f"{APPS / app}:app", "--json", json.dumps(payload))
+        out = self.soloist(
+            "enqueue", task, "--app", f"{APPS / app}:app", "--json", json.dumps(payload)
+        )
         return out.strip().rsplit(" ", 1)[-1]
 
     def close(self) -> None:

@@ -38,7 +38,9 @@ def _catch_a_run(cluster: Cluster, instances: dict[str, Instance]) -> Instance |
 
 def _orphans(cluster: Cluster, victim: Instance) -> list[Occurrence]:
     return [
-        o for o in cluster.history("tick") if o.state is State.RUNNING and o.instance_id == victim.iid
+        o
+        for o in cluster.history("tick")
+        if o.state is State.RUNNING and o.instance_id == victim.iid
     ]
 
 
@@ -90,7 +92,9 @@ def test_every_second_runs_exactly_once_when_an_instance_is_killed(cluster: Clus
     window = [r for r in rows if datetime.fromisoformat(r["plan_time"]) <= until]
     assert window, "nothing ran"
     first = min(datetime.fromisoformat(r["plan_time"]) for r in window)
-    expected = [first + timedelta(seconds=k) for k in range(int((until - first).total_seconds()) + 1)]
+    expected = [
+        first + timedelta(seconds=k) for k in range(int((until - first).total_seconds()) + 1)
+    ]
     assert len(expected) >= RUN_SECONDS - 1
 
     by_plan: dict[datetime, list[dict[str, Any]]] = {}
@@ -102,7 +106,9 @@ def test_every_second_runs_exactly_once_when_an_instance_is_killed(cluster: Clus
     assert not missing, f"seconds with no occurrence: {missing}"
     assert not extra, f"occurrences off the 1 s grid: {extra}"
     assert not doubled, f"seconds with several occurrences: {doubled}"
-    failed = [(r["plan_time"], r["state"], r["error_code"]) for r in window if r["state"] != "succeeded"]
+    failed = [
+        (r["plan_time"], r["state"], r["error_code"]) for r in window if r["state"] != "succeeded"
+    ]
     assert not failed, f"seconds that did not succeed: {failed}"
     # Each committed result is the committing run's own (instance and fencing token).
     for row in window:

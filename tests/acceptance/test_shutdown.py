@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -39,12 +38,8 @@ def test_sigterm_releases_a_long_run_for_another_instance(cluster: Cluster, task
     stopping = by_id[running.instance_id or ""]
     other = second if stopping is first else first
 
-    sent = time.monotonic()
     stopping.send(signal.SIGTERM)
-    status = stopping.wait(GRACE + 20)
-    took = time.monotonic() - sent
-    assert status == 0
-    assert took < GRACE + EXIT_SLACK, f"{stopping.iid} took {took:.1f}s to exit after SIGTERM"
+    assert stopping.wait(GRACE + EXIT_SLACK) == 0
     assert "released 1 running occurrence" in stopping.log()
 
     done = wait_for(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -27,6 +26,7 @@ from soloist.errors import LeaseLostError
 from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
 from soloist.payload import summarise_result
 from soloist.registry import Registry, TaskDef
+from soloist.runtime.pool import DaemonThreadPool
 from soloist.runtime.service import Service, log
 from soloist.stores.base import Store
 
@@ -73,7 +73,7 @@ class Executor(Service):
         self.poll_interval = poll_interval.total_seconds()
         self.active: dict[str, Run] = {}
         self.claiming = True
-        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="soloist-worker")
+        self.pool = DaemonThreadPool(concurrency, "soloist-worker")
         self.counts = {state: 0 for state in ("succeeded", "failed", "dead", "fenced")}
 
     async def tick(self) -> float:
