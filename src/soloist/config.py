@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError
-from soloist.stores import DEFAULT_STORE_URL
+from soloist.stores import DEFAULT_STORE_URL, check_store_url
 
 MODES = ("distributed",)
 
@@ -50,6 +50,7 @@ class Config:
     ) -> Config:
         env = os.environ
         url = store_url or env.get("SOLOIST_STORE_URL") or DEFAULT_STORE_URL
+        check_store_url(url)
         mode = mode or env.get("SOLOIST_MODE") or "distributed"
         if mode not in MODES:
             raise ConfigError(

@@ -117,6 +117,10 @@ class Operations:
 
     async def set_paused(self, job: str, paused: bool) -> None:
         store = await self._store()
+        if job in self.registry.jobs:
+            # Defined in this process: make sure the store knows it even if no instance
+            # has started yet (job_upsert keeps an existing pause flag).
+            await store.job_upsert([r for r in self.registry.job_records() if r.name == job])
         if not await store.job_set_paused(job, paused):
             raise UnknownTaskError(f"unknown job {job!r}: expected a registered job name")
         self._wake()
@@ -200,14 +204,23 @@ class Operations:
         return [r for r in await store.job_list() if r.dynamic]
 
     def _task(self, task: str | Callable[..., Any]) -> TaskDef:
-        if isinstance(task, str):
-            return self.registry.task(task)
-        for spec in self.registry.tasks.values():
-            if spec.fn is task:
-                return spec
-        raise UnknownTaskError(
-            f"unknown task {task!r}: decorate it with @app.task before enqueueing it"
-        )
+        """The task named (or decorated) ``task``; a scheduled job's handler is not a task."""
+        name = task if isinstance(task, str) else getattr(task, "__name__", "")
+        spec = self.registry.tasks.get(name) if isinstance(task, str) else None
+        if spec is None:
+            spec = next((t for t in self.registry.tasks.values() if t.fn is task), None)
+        if spec is not None and spec.name in self.registry.jobs:
+            raise UnknownTaskError(
+                f"{spec.name!r} is a scheduled job, not a task: use trigger({spec.name!r}) "
+                "to run it now"
+            )
+        if spec is None:
+            tasks = sorted(set(self.registry.tasks) - set(self.registry.jobs))
+            raise UnknownTaskError(
+                f"unknown task {name or task!r}: expected one of the tasks decorated with "
+                f"@app.task ({', '.join(tasks) or 'none'})"
+            )
+        return spec
 
 
 def _check_binds(spec: TaskDef, payload: JSONDict) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError, DuplicateJobError, UnknownTaskError
-from soloist.models import CatchUp, JSONDict, Overlap
+from soloist.models import CatchUp, JobRecord, JSONDict, Overlap
 from soloist.retry import RetryPolicy
 from soloist.schedules import Schedule, schedule_from_dict
 
@@ -129,6 +129,18 @@ class Registry:
             raise DuplicateJobError(f"a task or job named {job.name!r} is already registered")
         self.tasks[task.name] = task
         self.jobs[job.name] = job
+
+    def job_records(self) -> list[JobRecord]:
+        """The store records of the jobs defined in code."""
+        return [
+            JobRecord(
+                name=job.name,
+                task=job.task,
+                schedule=job.stored_schedule(self.tasks[job.task].retry.max_attempts),
+                payload=job.payload,
+            )
+            for job in self.jobs.values()
+        ]
 
     def task(self, name: str) -> TaskDef:
         try:

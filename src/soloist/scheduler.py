@@ -312,8 +312,9 @@ class Scheduler:
         try:
             return await coro
         finally:
-            # The private loop goes away: a store opened here must not outlive it.
-            if self._runtime is None:
+            # The private loop goes away: a store opened here must not outlive it. A
+            # memory store is the exception: it *is* the data, and lives with the app.
+            if self._runtime is None and not self.config.store_url.startswith("memory:"):
                 await self.aclose()
 
 

@@ -397,6 +397,8 @@ class OneShotSchedule(Schedule):
 
     when: datetime
     relative: bool = False  # a field replacing the base property
+    #: The delay it was made from (for messages only; not stored, not compared).
+    delay: timedelta | None = field(default=None, compare=False, repr=False)
     jitter: timedelta | None = None
     start: datetime | None = field(default=None, init=False)
     end: datetime | None = field(default=None, init=False)
@@ -422,8 +424,9 @@ class OneShotSchedule(Schedule):
         }
 
     def describe(self) -> str:
-        """E.g. ``"at 2026-12-01T08:00:00+00:00"``."""
-        return f"at {self.when.isoformat()}{self._options_text()}"
+        """E.g. ``"at 2026-12-01T08:00:00+00:00"`` or ``"at('10s') = 2026-..."``."""
+        given = f"('{_format_duration(self.delay)}') = " if self.delay is not None else " "
+        return f"at{given}{self.when.isoformat()}{self._options_text()}"
 
     def _first_after(self, t: datetime) -> datetime | None:
         return self.when if self.when > t else None
@@ -515,7 +518,7 @@ def at(
         now = datetime.now(_UTC)
     elif not isinstance(now, datetime) or now.utcoffset() is None:
         raise ScheduleError(f"invalid now {now!r}: expected an aware datetime")
-    return OneShotSchedule(now + delay, relative=True, jitter=_jitter(jitter))
+    return OneShotSchedule(now + delay, relative=True, jitter=_jitter(jitter), delay=delay)
 
 
 def schedule_from_dict(d: Mapping[str, Any]) -> Schedule:

@@ -13,7 +13,6 @@ import logging
 
 from soloist.clock import Clock
 from soloist.config import Config
-from soloist.models import JobRecord
 from soloist.registry import Registry
 from soloist.runtime.executor import Executor
 from soloist.runtime.leases import Heartbeater, Reaper
@@ -73,17 +72,7 @@ class Runtime:
 
     async def register(self) -> None:
         """Record the jobs defined in code (keeping their pause flags)."""
-        await self.store.job_upsert(
-            [
-                JobRecord(
-                    name=job.name,
-                    task=job.task,
-                    schedule=job.stored_schedule(self.registry.task(job.task).retry.max_attempts),
-                    payload=job.payload,
-                )
-                for job in self.registry.jobs.values()
-            ]
-        )
+        await self.store.job_upsert(self.registry.job_records())
 
     async def stop(self) -> None:
         """Graceful stop; safe to call twice."""

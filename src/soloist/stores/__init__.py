@@ -11,22 +11,31 @@ from soloist.stores.base import Store
 
 DEFAULT_STORE_URL = "sqlite:///soloist.db"
 
-__all__ = ["DEFAULT_STORE_URL", "Store", "open_store"]
+__all__ = ["DEFAULT_STORE_URL", "Store", "check_store_url", "open_store"]
+
+
+SCHEMES = ("sqlite", "memory")
+
+
+def check_store_url(url: str) -> str:
+    """Return the scheme of ``url``, or raise ConfigError naming it."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ConfigError(f"invalid store URL {url!r}: expected 'sqlite:///path.db' or 'memory://'")
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            f"unsupported store URL scheme {scheme!r} in {url!r}: expected 'sqlite' or 'memory'"
+        )
+    return scheme
 
 
 def open_store(url: str, *, clock: Clock | None = None) -> Store:
     """Return the store for ``url`` (not yet migrated; call ``await store.migrate()``)."""
-    scheme, sep, _ = url.partition("://")
-    if not sep:
-        raise ConfigError(f"invalid store URL {url!r}: expected 'sqlite:///path.db' or 'memory://'")
+    scheme = check_store_url(url)
     if scheme == "memory":
         from soloist.stores.memory import MemoryStore
 
         return MemoryStore(url, clock=clock)
-    if scheme == "sqlite":
-        from soloist.stores.sqlite import SQLiteStore
+    from soloist.stores.sqlite import SQLiteStore
 
-        return SQLiteStore(url, clock=clock)
-    raise ConfigError(
-        f"unsupported store URL scheme {scheme!r} in {url!r}: expected 'sqlite' or 'memory'"
-    )
+    return SQLiteStore(url, clock=clock)

@@ -1,0 +1,5 @@
+"""``python -m soloist`` is the ``soloist`` command."""
+
+from soloist.cli import main
+
+main()
