@@ -376,3 +376,25 @@ def test_store_in_a_missing_directory_fails_with_one_line_naming_it(cli: Cli, ba
     assert not Path("/nonexistent-dir").exists()
     check_one_line_error(cli(*bad.args, store=bad.store), bad)
     assert not Path("/nonexistent-dir").exists()
+
+
+# -- the shipped example ----------------------------------------------------------------------
+
+
+def test_example_app_runs_its_job_and_task(cli: Cli) -> None:
+    """examples/app.py runs under `soloist run`: its job fires and an enqueued task runs."""
+    example = f"{Path(__file__).parents[2] / 'examples' / 'app.py'}:app"
+    proc = cli.start(example)
+    wait_until(lambda: "report" in cli.jobs(), "the example to register its jobs")
+    cli.ok("enqueue", "resize_image", "--app", example, "--json", '{"path": "cat.png"}')
+    done = wait_until(
+        lambda: [r for r in cli.history("--state", "succeeded") if r["job"] == "resize_image"],
+        "the example task to succeed",
+    )
+    assert done[0]["result"] == {"path": "cat.png", "width": 640, "token": 1}
+    wait_until(
+        lambda: [r for r in cli.history("--job", "report") if r["state"] == "succeeded"],
+        "the example job to run",
+        timeout=15,
+    )
+    assert cli.stop(proc) == 0, cli.logs()
