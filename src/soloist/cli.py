@@ -204,6 +204,30 @@ def history(store: str, job: str | None, state: str | None, limit: int, as_json:
         )
 
 
+@main.command()
+@click.argument("occurrence_id")
+@store_option
+@json_option
+def show(occurrence_id: str, store: str, as_json: bool) -> None:
+    """One occurrence with the audit log of its attempts."""
+    app = Scheduler(store)
+    occ, attempts = _guard(lambda: app.attempts(occurrence_id))
+    if as_json:
+        click.echo(json.dumps({**occ.to_json(), "attempts": [a.to_json() for a in attempts]}))
+        return
+    click.echo(
+        f"{occ.job} {occ.scope or '-'} planned {occ.plan_time.isoformat()}: {occ.state.value} "
+        f"(attempt {occ.attempt} of {occ.max_attempts})"
+    )
+    for a in attempts:
+        error = f" {a.error_code}: {a.error_message}" if a.error_code else ""
+        click.echo(
+            f"  attempt {a.attempt} token {a.fencing_token} on {a.instance_id or '-'} "
+            f"{a.started_at.isoformat() if a.started_at else '-'} -> "
+            f"{a.finished_at.isoformat()} {a.outcome}{error}"
+        )
+
+
 def _store_op(store: str, action: Callable[[Scheduler], object], message: str) -> None:
     app = Scheduler(store)
     result = _guard(lambda: action(app))

@@ -149,6 +149,39 @@ class Occurrence:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """The audit record of one attempt (one claim) of an occurrence, written in the same
+    atomic step as the write that ended it: ``outcome`` is ``succeeded``, ``failed`` (a
+    retry follows), ``dead``, or ``released`` (handed back on shutdown; not counted)."""
+
+    occurrence_id: str
+    attempt: int
+    fencing_token: int
+    instance_id: str | None
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: str
+    error_code: str | None
+    error_message: str | None
+
+    def to_json(self) -> JSONDict:
+        return {
+            "attempt": self.attempt,
+            "fencing_token": self.fencing_token,
+            "instance_id": self.instance_id,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat(),
+            "outcome": self.outcome,
+            "error_code": self.error_code,
+            "error_message": self.error_message,
+        }
+
+
+#: Outcome of an attempt handed back by ``lease_release``.
+RELEASED = "released"
+
+
+@dataclass(frozen=True)
 class Claimed:
     """A lease handle: the occurrence id and the fencing token this runner holds it with."""
 

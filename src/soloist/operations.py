@@ -12,7 +12,16 @@ from typing import Any
 
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError, DuplicateJobError, PayloadError, UnknownTaskError
-from soloist.models import JobRecord, JSONDict, Kind, NewOccurrence, Occurrence, Overlap, State
+from soloist.models import (
+    Attempt,
+    JobRecord,
+    JSONDict,
+    Kind,
+    NewOccurrence,
+    Occurrence,
+    Overlap,
+    State,
+)
 from soloist.payload import validate_payload
 from soloist.registry import JobDef, JobPolicy, Registry, TaskDef, check_name
 from soloist.schedules import Schedule
@@ -138,6 +147,16 @@ class Operations:
             raise ConfigError(f"invalid limit {limit!r}: expected an integer >= 1")
         store = await self._store()
         return await store.occurrence_list(job=job, state=state, limit=limit)
+
+    async def attempts(self, occurrence_id: str) -> tuple[Occurrence, list[Attempt]]:
+        """One occurrence and the audit log of its attempts."""
+        store = await self._store()
+        occ = await store.occurrence_get(occurrence_id)
+        if occ is None:
+            raise UnknownTaskError(
+                f"unknown occurrence {occurrence_id!r}: expected an id from 'soloist history'"
+            )
+        return occ, await store.occurrence_attempts(occurrence_id)
 
     # -- dynamic schedules --------------------------------------------------------------------
     async def schedule_add(

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, overload
 from soloist.clock import Clock, SystemClock
 from soloist.config import Config
 from soloist.errors import ConfigError, SoloistError
-from soloist.models import JobRecord, Occurrence, State
+from soloist.models import Attempt, JobRecord, Occurrence, State
 from soloist.operations import Operations
 from soloist.registry import (
     Handler,
@@ -218,6 +218,13 @@ class Scheduler:
     ) -> list[Occurrence]:
         """The audit history, newest plan time first."""
         return self._call(self.ahistory(job, state, limit))
+
+    async def aattempts(self, occurrence_id: str) -> tuple[Occurrence, list[Attempt]]:
+        return await self.ops.attempts(occurrence_id)
+
+    def attempts(self, occurrence_id: str) -> tuple[Occurrence, list[Attempt]]:
+        """An occurrence and the audit log of each of its attempts (who, when, why)."""
+        return self._call(self.aattempts(occurrence_id))
 
     # -- running ------------------------------------------------------------------------------
     @property

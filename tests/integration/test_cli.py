@@ -398,3 +398,21 @@ def test_example_app_runs_its_job_and_task(cli: Cli) -> None:
         timeout=15,
     )
     assert cli.stop(proc) == 0, cli.logs()
+
+
+def test_show_prints_the_attempt_log_of_an_occurrence(cli: Cli) -> None:
+    """`show ID --json` gives an occurrence with one audit record per attempt; an unknown id
+    exits 2 with one line naming it."""
+    proc = cli.started()
+    cli.ok("enqueue", "boom", "--app", CLOCKWORK)
+    (dead,) = wait_until(lambda: cli.history("--job", "boom", "--state", "dead"), "boom to die")
+    shown = json.loads(cli.ok("show", dead["id"], "--json"))
+    assert shown["state"] == "dead"
+    assert [(a["attempt"], a["outcome"], a["error_code"]) for a in shown["attempts"]] == [
+        (1, "dead", "handler_error")
+    ]
+    assert shown["attempts"][0]["instance_id"] == dead["instance_id"]
+    missing = cli("show", "f" * 32)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().count("\n") == 0 and "f" * 32 in missing.stderr
+    assert cli.stop(proc) == 0

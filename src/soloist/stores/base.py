@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from soloist.models import (
+    Attempt,
     Claimed,
     JobRecord,
     NewOccurrence,
@@ -161,6 +162,17 @@ class Store(Protocol):
     ) -> list[Occurrence]:
         """Occurrences, newest plan_time first (ties: newest created first), filtered by
         job and state, at most ``limit``."""
+        ...
+
+    async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
+        """The audit log of an occurrence's attempts, oldest first (by fencing token).
+
+        Every write that ends an attempt appends one record in the same atomic step:
+        ``occurrence_complete`` (outcome = the outcome's state, finished_at = now),
+        ``occurrence_reap`` (``failed`` or ``dead``, error_code ``lease_expired``) and
+        ``lease_release`` (``released``, error_code ``cancelled``). A write rejected by the
+        fence appends nothing. The record carries the attempt number, token, runner and
+        started_at the attempt ran with."""
         ...
 
     # -- jobs (code-defined and dynamic schedules) -------------------------------------------

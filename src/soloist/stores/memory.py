@@ -23,6 +23,8 @@ from soloist.clock import Clock, SystemClock
 from soloist.errors import ConfigError, DuplicateJobError
 from soloist.models import (
     CLAIMABLE_STATES,
+    RELEASED,
+    Attempt,
     Claimed,
     ErrorCode,
     JobRecord,
@@ -61,6 +63,7 @@ class MemoryStore:
         self._by_key: dict[str, str] = {}
         self._cursors: dict[tuple[str, str], PlanCursor] = {}
         self._jobs: dict[str, JobRecord] = {}
+        self._attempts: dict[str, list[Attempt]] = {}
 
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
@@ -210,6 +213,7 @@ class MemoryStore:
                 if occ is None:
                     continue
                 retry = outcome.state == State.FAILED
+                self._log(occ, now, outcome.state.value, outcome.error_code, outcome.error_message)
                 self._set(
                     replace(
                         occ,
@@ -228,12 +232,15 @@ class MemoryStore:
     async def lease_release(
         self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
     ) -> set[str]:
+        now = self._now(now)
         released: set[str] = set()
+        message = "lease released before the attempt finished"
         with self._lock:
             for claim in claims:
                 occ = self._held(instance_id, claim)
                 if occ is None:
                     continue
+                self._log(occ, now, RELEASED, ErrorCode.CANCELLED.value, message)
                 self._set(
                     replace(
                         occ,
@@ -241,7 +248,7 @@ class MemoryStore:
                         attempt=max(0, occ.attempt - 1),
                         lease_expires_at=None,
                         error_code=ErrorCode.CANCELLED.value,
-                        error_message="lease released before the attempt finished",
+                        error_message=message,
                     )
                 )
                 released.add(occ.id)
@@ -270,9 +277,32 @@ class MemoryStore:
                     error_code=ErrorCode.LEASE_EXPIRED.value,
                     error_message=f"lease of {occ.instance_id} expired",
                 )
+                self._log(occ, now, updated.state.value, updated.error_code, updated.error_message)
                 self._set(updated)
                 reaped.append(_out(updated))
         return reaped
+
+    async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
+        with self._lock:
+            return list(self._attempts.get(occurrence_id, []))
+
+    def _log(
+        self, occ: Occurrence, now: datetime, outcome: str, code: str | None, message: str | None
+    ) -> None:
+        """Append the audit record of the attempt ``occ`` (still running) ends with."""
+        self._attempts.setdefault(occ.id, []).append(
+            Attempt(
+                occurrence_id=occ.id,
+                attempt=occ.attempt,
+                fencing_token=occ.fencing_token,
+                instance_id=occ.instance_id,
+                started_at=occ.started_at,
+                finished_at=now,
+                outcome=outcome,
+                error_code=code,
+                error_message=message,
+            )
+        )
 
     async def occurrence_next_due(
         self, tasks: Collection[str], now: datetime | None = None

@@ -11,7 +11,7 @@ import sqlite3
 from datetime import datetime
 
 from soloist.clock import from_epoch_us, to_epoch_us
-from soloist.models import JobRecord, Kind, NewOccurrence, Occurrence, Overlap, State
+from soloist.models import Attempt, JobRecord, Kind, NewOccurrence, Occurrence, Overlap, State
 from soloist.payload import validate_payload
 from soloist.stores._values import aware_utc
 
@@ -81,6 +81,20 @@ def occurrence(row: sqlite3.Row) -> Occurrence:
         error_code=row["error_code"],
         error_message=row["error_message"],
         result=json.loads(row["result"]) if row["result"] is not None else None,
+    )
+
+
+def attempt(row: sqlite3.Row) -> Attempt:
+    return Attempt(
+        occurrence_id=row["occurrence_id"],
+        attempt=row["attempt"],
+        fencing_token=row["fencing_token"],
+        instance_id=row["instance_id"],
+        started_at=opt_time(row["started_at"]),
+        finished_at=from_epoch_us(row["finished_at"]),
+        outcome=row["outcome"],
+        error_code=row["error_code"],
+        error_message=row["error_message"],
     )
 
 

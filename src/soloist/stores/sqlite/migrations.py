@@ -78,6 +78,23 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # 2: the audit log of attempts (one row per claim that ended).
+        """
+        CREATE TABLE attempts (
+            occurrence_id TEXT NOT NULL,
+            fencing_token INTEGER NOT NULL,
+            attempt       INTEGER NOT NULL,
+            instance_id   TEXT,
+            started_at    INTEGER,
+            finished_at   INTEGER NOT NULL,
+            outcome       TEXT NOT NULL,
+            error_code    TEXT,
+            error_message TEXT,
+            PRIMARY KEY (occurrence_id, fencing_token)
+        )
+        """,
+    ),
 )
 
 _VERSION_TABLE = """

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 from soloist.models import (
     CLAIMABLE_STATES,
+    RELEASED,
+    Attempt,
     ErrorCode,
     JobRecord,
     Occurrence,
@@ -64,12 +66,29 @@ UPDATE occurrences SET state = ?, due_at = COALESCE(?, due_at), lease_expires_at
 WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
 RETURNING id
 """
+_RELEASED_MESSAGE = "lease released before the attempt finished"
 _RELEASE = """
 UPDATE occurrences SET state = CASE WHEN attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
     attempt = MAX(attempt - 1, 0), lease_expires_at = NULL, error_code = ?,
     error_message = 'lease released before the attempt finished'
 WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
 RETURNING id
+"""
+# The audit record of an attempt is copied from its row before the fenced write ends it,
+# under the same fence and in the same transaction: a rejected write logs nothing.
+_LOG_ATTEMPT = """
+INSERT INTO attempts (occurrence_id, fencing_token, attempt, instance_id, started_at,
+    finished_at, outcome, error_code, error_message)
+SELECT id, fencing_token, attempt, instance_id, started_at, ?, ?, ?, ? FROM occurrences
+WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
+"""
+_LOG_REAPED = """
+INSERT INTO attempts (occurrence_id, fencing_token, attempt, instance_id, started_at,
+    finished_at, outcome, error_code, error_message)
+SELECT id, fencing_token, attempt, instance_id, started_at, :now,
+    CASE WHEN attempt < max_attempts THEN 'failed' ELSE 'dead' END, :code,
+    'lease of ' || COALESCE(instance_id, '?') || ' expired'
+FROM occurrences WHERE state = 'running' AND lease_expires_at <= :now
 """
 _ANY_EXPIRED = "SELECT 1 FROM occurrences WHERE state = 'running' AND lease_expires_at <= ? LIMIT 1"
 _REAP = """
@@ -233,12 +252,18 @@ def _running(conn: sqlite3.Connection, job: str, scope: str) -> bool:
 
 
 def _fenced_updates(
-    conn: sqlite3.Connection, sql: str, params: Sequence[tuple[object, ...]]
+    conn: sqlite3.Connection,
+    sql: str,
+    params: Sequence[tuple[object, ...]],
+    logs: Sequence[tuple[object, ...]] | None = None,
 ) -> set[str]:
-    """Run one fenced ``UPDATE ... RETURNING id`` per item, all in one transaction."""
+    """Run one fenced ``UPDATE ... RETURNING id`` per item, all in one transaction; with
+    ``logs`` (one per item), first append each attempt's audit record."""
     applied: set[str] = set()
     with transaction(conn):
-        for item in params:
+        for index, item in enumerate(params):
+            if logs is not None:
+                conn.execute(_LOG_ATTEMPT, logs[index])
             row = conn.execute(sql, item).fetchone()
             if row is not None:
                 applied.add(row[0])
@@ -252,18 +277,21 @@ def lease_renew(
 
 
 def occurrence_complete(
-    conn: sqlite3.Connection, outcomes: Sequence[tuple[object, ...]]
+    conn: sqlite3.Connection, outcomes: Sequence[tuple[object, ...]], now: int
 ) -> set[str]:
     """``outcomes``: (state, due_at or None to keep, finished_at, error_code, error_message,
     result, id, instance_id, fencing_token)."""
-    return _fenced_updates(conn, _COMPLETE, outcomes)
+    logs = [(now, o[0], o[3], o[4], *o[6:9]) for o in outcomes]
+    return _fenced_updates(conn, _COMPLETE, outcomes, logs)
 
 
 def lease_release(
-    conn: sqlite3.Connection, instance_id: str, claims: Sequence[tuple[str, int]]
+    conn: sqlite3.Connection, instance_id: str, claims: Sequence[tuple[str, int]], now: int
 ) -> set[str]:
     cancelled = ErrorCode.CANCELLED.value
-    return _fenced_updates(conn, _RELEASE, [(cancelled, i, instance_id, t) for i, t in claims])
+    logs = [(now, RELEASED, cancelled, _RELEASED_MESSAGE, i, instance_id, t) for i, t in claims]
+    params = [(cancelled, i, instance_id, t) for i, t in claims]
+    return _fenced_updates(conn, _RELEASE, params, logs)
 
 
 def occurrence_reap(conn: sqlite3.Connection, now: int) -> list[Occurrence]:
@@ -272,8 +300,16 @@ def occurrence_reap(conn: sqlite3.Connection, now: int) -> list[Occurrence]:
         return []
     with transaction(conn):
         params = {"now": now, "code": ErrorCode.LEASE_EXPIRED.value}
+        conn.execute(_LOG_REAPED, params)
         rows = conn.execute(_REAP, params).fetchall()
     return sorted((codec.occurrence(row) for row in rows), key=lambda o: (o.plan_time, o.id))
+
+
+def occurrence_attempts(conn: sqlite3.Connection, occurrence_id: str) -> list[Attempt]:
+    rows = conn.execute(
+        "SELECT * FROM attempts WHERE occurrence_id = ? ORDER BY fencing_token", (occurrence_id,)
+    ).fetchall()
+    return [codec.attempt(row) for row in rows]
 
 
 def occurrence_next_due(conn: sqlite3.Connection, tasks: list[str]) -> int | None:

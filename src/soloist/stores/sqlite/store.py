@@ -14,6 +14,7 @@ from typing import TypeVar
 from soloist.clock import Clock, SystemClock, from_epoch_us
 from soloist.errors import ConfigError, DuplicateJobError, StoreError, StoreUnavailableError
 from soloist.models import (
+    Attempt,
     Claimed,
     JobRecord,
     NewOccurrence,
@@ -229,7 +230,7 @@ class SQLiteStore:
                     outcome.fencing_token,
                 )
             )
-        return await self._run(lambda c: ops.occurrence_complete(c, rows))
+        return await self._run(lambda c: ops.occurrence_complete(c, rows, at))
 
     async def lease_release(
         self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
@@ -237,7 +238,8 @@ class SQLiteStore:
         if not claims:
             return set()
         pairs = [(claim.id, claim.fencing_token) for claim in claims]
-        return await self._run(lambda c: ops.lease_release(c, instance_id, pairs))
+        at = self._now_us(now)
+        return await self._run(lambda c: ops.lease_release(c, instance_id, pairs, at))
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
         at = self._now_us(now)
@@ -251,6 +253,9 @@ class SQLiteStore:
         names = sorted(set(tasks))
         due = await self._run(lambda c: ops.occurrence_next_due(c, names))
         return from_epoch_us(due) if due is not None else None
+
+    async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
+        return await self._run(lambda c: ops.occurrence_attempts(c, occurrence_id))
 
     async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
         return await self._run(lambda c: ops.occurrence_get(c, occurrence_id))

@@ -25,6 +25,7 @@ Needs pytest and pytest-asyncio (``asyncio_mode = "auto"``).
 
 from __future__ import annotations
 
+from soloist.testing.conformance.attempts import AttemptConformance
 from soloist.testing.conformance.base import (
     T0,
     TTL,
@@ -51,6 +52,11 @@ __all__ = [
 
 
 class StoreConformance(
-    OccurrenceConformance, ClaimConformance, LeaseConformance, JobConformance, ConformanceBase
+    OccurrenceConformance,
+    ClaimConformance,
+    LeaseConformance,
+    AttemptConformance,
+    JobConformance,
+    ConformanceBase,
 ):
     """Every conformance test. Subclass as ``Test<Name>Store`` and define ``make_store``."""
