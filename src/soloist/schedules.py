@@ -50,6 +50,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from soloist._timemath import (
+    format_duration,
+    micros,
+    offset_change,
+    parse_instant,
+    parse_rfc3339,
+    wall_to_instant,
+)
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError, ScheduleError
 
@@ -97,84 +105,11 @@ _KEYS = {  # schedule_from_dict: type -> (required keys, optional keys)
 }
 
 
-def _micros(delta: timedelta) -> int:
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def _duration(value: object, what: str, *, allow_zero: bool = False) -> timedelta:
     try:
         return parse_duration(value, what=what, allow_zero=allow_zero)
     except ConfigError as exc:
         raise ScheduleError(str(exc)) from exc
-
-
-def _parse_rfc3339(text: str) -> datetime | None:
-    """``text`` as a datetime (possibly naive), or None; ``Z`` works on Python 3.10 too."""
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _instant(value: object, what: str) -> datetime | None:
-    """``value`` as an aware UTC datetime; a date-only string is midnight UTC."""
-    if value is None:
-        return None
-    parsed = value
-    if isinstance(value, str):
-        text = value.strip()
-        parsed = _parse_rfc3339(text + "T00:00:00Z" if _DATE_ONLY.fullmatch(text) else text)
-    if not isinstance(parsed, datetime):
-        raise ScheduleError(
-            f"invalid {what} {value!r}: expected an aware datetime, an RFC 3339 string such "
-            "as '2026-12-01T09:00:00+01:00', or a date such as '2027-01-01' (midnight UTC)"
-        )
-    if parsed.utcoffset() is None:
-        raise ScheduleError(
-            f"invalid {what} {value!r}: it has no UTC offset; give an aware datetime or a "
-            "string with an offset such as '2026-12-01T09:00:00+01:00'"
-        )
-    return parsed.astimezone(_UTC)
-
-
-def _offset_change(zone: ZoneInfo, lo: datetime, hi: datetime) -> datetime | None:
-    """First instant in ``(lo, hi]`` whose UTC offset in ``zone`` differs from ``lo``'s."""
-    base = lo.astimezone(zone).utcoffset()
-    cursor = lo
-    while cursor < hi:
-        probe = min(cursor + timedelta(days=1), hi)
-        if probe.astimezone(zone).utcoffset() != base:
-            same, other = 0, _micros(probe - cursor)
-            while other - same > 1:
-                mid = (same + other) // 2
-                mid_offset = (cursor + timedelta(microseconds=mid)).astimezone(zone).utcoffset()
-                same, other = (mid, other) if mid_offset == base else (same, mid)
-            return cursor + timedelta(microseconds=other)
-        cursor = probe
-    return None
-
-
-def _wall_to_instant(wall: datetime, zone: ZoneInfo) -> datetime:
-    """Naive wall time -> instant: first pass if ambiguous, transition if imaginary."""
-    instant = wall.replace(tzinfo=zone, fold=0).astimezone(_UTC)
-    if instant.astimezone(zone).replace(tzinfo=None) == wall:
-        return instant
-    # In a gap, fold=1 reads the wall time with the later offset: an instant before the
-    # transition; fold=0 (above) gives one after it. The transition lies between.
-    before = wall.replace(tzinfo=zone, fold=1).astimezone(_UTC)
-    return _offset_change(zone, before, instant) or instant
-
-
-def _format_duration(delta: timedelta) -> str:
-    micros = _micros(delta)
-    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("m", 60_000_000)):
-        if micros % size == 0:
-            return f"{micros // size}{unit}"
-    if micros % 1_000_000 == 0:
-        return f"{micros // 1_000_000}s"
-    return f"{micros // 1000}ms" if micros % 1000 == 0 else f"{micros / 1e6:g}s"
 
 
 class Schedule(ABC):
@@ -221,7 +156,7 @@ class Schedule(ABC):
         if self.jitter is None:
             return timedelta(0)
         digest = hashlib.sha256(key.encode("utf-8")).digest()
-        return timedelta(microseconds=int.from_bytes(digest[:8], "big") % _micros(self.jitter))
+        return timedelta(microseconds=int.from_bytes(digest[:8], "big") % micros(self.jitter))
 
     def with_limits(self, *, end: object = None, max_runs: object = None) -> Schedule:
         """A copy with ``end`` and/or ``max_runs`` set (``None`` keeps the current value).
@@ -249,7 +184,7 @@ class Schedule(ABC):
         """First instant strictly after UTC ``t``, ignoring ``start``/``end``."""
 
     def _check_options(self) -> None:
-        start, end = _instant(self.start, "start"), _instant(self.end, "end")
+        start, end = parse_instant(self.start, "start"), parse_instant(self.end, "end")
         if start is not None and end is not None and end <= start:
             raise ScheduleError(
                 f"invalid end {end.isoformat()!r}: must be after start {start.isoformat()!r}"
@@ -276,7 +211,7 @@ class Schedule(ABC):
         parts = [f"from {self.start.isoformat()}"] if self.start else []
         parts += [f"until {self.end.isoformat()}"] if self.end else []
         parts += [f"at most {self.max_runs} runs"] if self.max_runs else []
-        parts += [f"jitter {_format_duration(self.jitter)}"] if self.jitter else []
+        parts += [f"jitter {format_duration(self.jitter)}"] if self.jitter else []
         return "".join(f", {part}" for part in parts)
 
 
@@ -338,7 +273,7 @@ class CronSchedule(Schedule):
         if self._fixed_time:
             wall = t.astimezone(self._zone).replace(tzinfo=None)
             for match in CronSim(self._expanded, wall):
-                instant = _wall_to_instant(match, self._zone)
+                instant = wall_to_instant(match, self._zone)
                 if instant > t:
                     return instant
             return None
@@ -351,7 +286,7 @@ class CronSchedule(Schedule):
             except StopIteration:
                 return None
             candidate = found.astimezone(_UTC)
-            change = _offset_change(self._zone, segment, candidate)
+            change = offset_change(self._zone, segment, candidate)
             if change is None:
                 return candidate
             segment, after = change, change - _ONE_US
@@ -382,12 +317,12 @@ class IntervalSchedule(Schedule):
 
     def describe(self) -> str:
         """E.g. ``"every 90s"``."""
-        return f"every {_format_duration(self.interval)}{self._options_text()}"
+        return f"every {format_duration(self.interval)}{self._options_text()}"
 
     def _first_after(self, t: datetime) -> datetime | None:
         anchor = self.start or _EPOCH
-        step = _micros(self.interval)
-        k = _micros(t - anchor) // step + 1  # integer maths: no float drift
+        step = micros(self.interval)
+        k = micros(t - anchor) // step + 1  # integer maths: no float drift
         return anchor + timedelta(microseconds=k * step)
 
 
@@ -405,7 +340,7 @@ class OneShotSchedule(Schedule):
     max_runs: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        when = _instant(self.when, "when")
+        when = parse_instant(self.when, "when")
         if when is None:
             raise ScheduleError(f"invalid when {self.when!r}: {_WHEN_EXPECTED}")
         object.__setattr__(self, "when", when)
@@ -425,7 +360,7 @@ class OneShotSchedule(Schedule):
 
     def describe(self) -> str:
         """E.g. ``"at 2026-12-01T08:00:00+00:00"`` or ``"at('10s') = 2026-..."``."""
-        given = f"('{_format_duration(self.delay)}') = " if self.delay is not None else " "
+        given = f"('{format_duration(self.delay)}') = " if self.delay is not None else " "
         return f"at{given}{self.when.isoformat()}{self._options_text()}"
 
     def _first_after(self, t: datetime) -> datetime | None:
@@ -456,8 +391,8 @@ def cron(
     return CronSchedule(
         expr,
         tz,
-        start=_instant(start, "start"),
-        end=_instant(end, "end"),
+        start=parse_instant(start, "start"),
+        end=parse_instant(end, "end"),
         max_runs=max_runs,
         jitter=_jitter(jitter),
     )
@@ -481,8 +416,8 @@ def every(
         raise ScheduleError(f"invalid interval {interval!r}: must be at least 1ms")
     return IntervalSchedule(
         delta,
-        start=_instant(start, "start"),
-        end=_instant(end, "end"),
+        start=parse_instant(start, "start"),
+        end=parse_instant(end, "end"),
         max_runs=max_runs,
         jitter=_jitter(jitter),
     )
@@ -503,7 +438,7 @@ def at(
     instant: object = when
     delay = when if isinstance(when, timedelta) else None
     if isinstance(when, str):
-        instant = _parse_rfc3339(when.strip())
+        instant = parse_rfc3339(when.strip())
         try:
             delay = None if instant else parse_duration(when, what="delay", allow_zero=True)
         except ConfigError:

@@ -33,7 +33,7 @@ def test_core_never_imports_a_store_driver() -> None:
 
 
 def test_schedules_do_no_io() -> None:
-    """schedules.py is pure: it imports no I/O, store, runtime or clock module."""
+    """Schedule maths is pure: it imports no I/O, store, runtime or clock module."""
     forbidden = {"os", "socket", "sqlite3", "asyncio", "time", "subprocess", "soloist.clock"}
-    imports = imported_modules(SRC / "schedules.py")
-    assert imports & forbidden == set()
+    for module in ("schedules.py", "_timemath.py"):
+        assert imported_modules(SRC / module) & forbidden == set(), module
