@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import click
 
 from soloist import logs
-from soloist.errors import ConfigError, SoloistError, StoreError
+from soloist.errors import ConfigError, SoloistError, StoreError, StoreUnavailableError
 from soloist.models import JobRecord
 from soloist.scheduler import Scheduler
 from soloist.schedules import schedule_from_dict
@@ -88,6 +88,20 @@ def _guard(fn: Callable[[], T]) -> T:
         raise SystemExit(2) from None
 
 
+def _existing(url: str) -> str:
+    """Read-only commands must not create an empty store where a path was mistyped."""
+    if url.startswith("sqlite:"):
+        from soloist.stores.sqlite import sqlite_path
+
+        path = sqlite_path(url)
+        if not os.path.exists(path):
+            raise StoreUnavailableError(
+                f"no SQLite store at {path!r}: check --store or SOLOIST_STORE_URL (a store "
+                "is created by 'soloist migrate' or by a running instance)"
+            )
+    return url
+
+
 def _with_store(url: str, action: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
     async def go() -> T:
         store = open_store(url)
@@ -148,7 +162,7 @@ def jobs(store: str, as_json: bool) -> None:
     async def fetch(s: Store) -> tuple[list[JobRecord], datetime]:
         return await s.job_list(), await s.now()
 
-    records, now = _with_store(store, fetch)
+    records, now = _with_store(_guard(lambda: _existing(store)), fetch)
     rows = [_job_row(r, now) for r in records]
     if as_json:
         for row in rows:
@@ -189,7 +203,7 @@ def _job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
 @json_option
 def history(store: str, job: str | None, state: str | None, limit: int, as_json: bool) -> None:
     """Show what ran, when, where, and why it failed: newest plan time first."""
-    app = Scheduler(store)
+    app = Scheduler(_guard(lambda: _existing(store)))
     occurrences = _guard(lambda: app.history(job=job, state=state, limit=limit))
     for occ in occurrences:
         if as_json:
@@ -210,7 +224,7 @@ def history(store: str, job: str | None, state: str | None, limit: int, as_json:
 @json_option
 def show(occurrence_id: str, store: str, as_json: bool) -> None:
     """One occurrence with the audit log of its attempts."""
-    app = Scheduler(store)
+    app = Scheduler(_guard(lambda: _existing(store)))
     occ, attempts = _guard(lambda: app.attempts(occurrence_id))
     if as_json:
         click.echo(json.dumps({**occ.to_json(), "attempts": [a.to_json() for a in attempts]}))
@@ -229,7 +243,7 @@ def show(occurrence_id: str, store: str, as_json: bool) -> None:
 
 
 def _store_op(store: str, action: Callable[[Scheduler], object], message: str) -> None:
-    app = Scheduler(store)
+    app = Scheduler(_guard(lambda: _existing(store)))
     result = _guard(lambda: action(app))
     click.echo(message.format(result=result))
 

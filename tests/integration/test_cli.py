@@ -136,6 +136,7 @@ class Cli:
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
     runner = Cli(store=f"sqlite:///{tmp_path}/x.db", cwd=tmp_path)
+    runner.ok("migrate")  # read-only commands refuse a store that does not exist
     yield runner
     for proc in runner.instances:  # a test that failed midway must not leak its instance
         if proc.poll() is None:
@@ -416,3 +417,13 @@ def test_show_prints_the_attempt_log_of_an_occurrence(cli: Cli) -> None:
     assert missing.returncode == 2
     assert missing.stderr.strip().count("\n") == 0 and "f" * 32 in missing.stderr
     assert cli.stop(proc) == 0
+
+
+def test_read_only_commands_refuse_a_store_that_does_not_exist(cli: Cli, tmp_path: Path) -> None:
+    """A mistyped store path is an error (exit 1, one line naming it), not a new empty store."""
+    typo = tmp_path / "typo.db"
+    for args in (["history"], ["jobs"], ["pause", "tick"], ["trigger", "tick"], ["show", "x"]):
+        done = cli(*args, store=f"sqlite:///{typo}")
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        assert done.stderr.strip().count("\n") == 0 and str(typo) in done.stderr
+    assert not typo.exists()
