@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from soloist.models import Occurrence
 from soloist.stores import open_store
 from soloist.stores.base import Store
+from soloist.testing import wait_until
 
 T = TypeVar("T")
 
@@ -39,16 +40,8 @@ POLL = 0.1
 def wait_for(
     condition: Callable[[], T | None], timeout: float, what: str, interval: float = POLL
 ) -> T:
-    """Poll ``condition`` every ``interval`` seconds until it returns a truthy value (which
-    is returned); fail the test naming ``what`` if ``timeout`` seconds pass first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
+    """:func:`soloist.testing.wait_until` with this module's argument order."""
+    return wait_until(condition, what, timeout, interval)  # type: ignore[return-value]
 
 
 class Instance:

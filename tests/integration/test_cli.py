@@ -12,14 +12,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from soloist.testing import wait_until
 
 SOLOIST = Path(sys.executable).parent / "soloist"
 APPS = Path(__file__).parent / "apps"
@@ -39,20 +40,6 @@ HISTORY_KEYS = {
 DEADLINE_S = 30.0
 
 T = TypeVar("T")
-
-
-def wait_until(
-    probe: Callable[[], T], what: str, timeout: float = DEADLINE_S, interval: float = 0.1
-) -> T:
-    """Call ``probe`` until it returns something truthy; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
-        time.sleep(interval)
 
 
 def clean_env() -> dict[str, str]:

@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from soloist.testing.clock import FakeClock
+from soloist.testing.waiting import wait_until
 
-__all__ = ["FakeClock"]
+__all__ = ["FakeClock", "wait_until"]
