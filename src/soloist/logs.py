@@ -52,7 +52,9 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extras = " ".join(f"{k}={v}" for k, v in _fields(record).items() if k != "service")
+        extras = " ".join(
+            f"{k}={v}" for k, v in _fields(record).items() if k != "service" and v != ""
+        )
         return f"{line}  [{extras}]" if extras else line
 
 

@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, overload
 
+from soloist import logs
 from soloist.clock import Clock, SystemClock
 from soloist.config import Config
 from soloist.errors import ConfigError, SoloistError
@@ -281,7 +283,12 @@ class Scheduler:
             self._stop_requested.set()
 
     def run(self) -> None:
-        """Blocking: run the workers until SIGTERM or Ctrl-C, then stop gracefully."""
+        """Blocking: run the workers until SIGTERM or Ctrl-C, then stop gracefully.
+
+        If the program has not configured logging, soloist's INFO lines go to stderr
+        (see :func:`soloist.logs.configure`), so that a plain script shows what runs."""
+        if not logging.getLogger().handlers:
+            logs.configure("INFO", "text")
         asyncio.run(self.serve(handle_signals=True))
 
     # -- plumbing -----------------------------------------------------------------------------
