@@ -1,4 +1,5 @@
-"""Store implementations, selected by URL scheme (``sqlite:///path``, ``memory://``).
+"""Store implementations, selected by URL scheme (``sqlite:///path``, ``memory://``,
+``postgresql://...``).
 
 Drivers are imported lazily so that the core never imports one it does not use.
 """
@@ -14,7 +15,7 @@ DEFAULT_STORE_URL = "sqlite:///soloist.db"
 __all__ = ["DEFAULT_STORE_URL", "Store", "check_store_url", "open_store"]
 
 
-SCHEMES = ("sqlite", "memory")
+SCHEMES = ("sqlite", "memory", "postgresql", "postgres")
 
 
 def check_store_url(url: str) -> str:
@@ -24,7 +25,8 @@ def check_store_url(url: str) -> str:
         raise ConfigError(f"invalid store URL {url!r}: expected 'sqlite:///path.db' or 'memory://'")
     if scheme not in SCHEMES:
         raise ConfigError(
-            f"unsupported store URL scheme {scheme!r} in {url!r}: expected 'sqlite' or 'memory'"
+            f"unsupported store URL scheme {scheme!r} in {url!r}: "
+            "expected 'sqlite', 'memory' or 'postgresql'"
         )
     return scheme
 
@@ -36,6 +38,15 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
         from soloist.stores.memory import MemoryStore
 
         return MemoryStore(url, clock=clock)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from soloist.stores.postgres import PostgresStore
+        except ImportError as exc:
+            raise ConfigError(
+                f"store URL scheme {scheme!r} needs psycopg 3: pip install 'soloist[postgres]' "
+                f"({exc})"
+            ) from None
+        return PostgresStore(url, clock=clock)
     from soloist.stores.sqlite import SQLiteStore
 
     return SQLiteStore(url, clock=clock)

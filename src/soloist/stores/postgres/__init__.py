@@ -1,0 +1,42 @@
+"""``postgresql://user@host:port/db?schema=app``: the store for many instances on many hosts.
+
+Design:
+
+* **One schema per app.** All tables live in one PostgreSQL schema (``soloist`` unless the
+  URL's ``schema`` parameter names another), so several apps share a database without
+  seeing each other. :mod:`~soloist.stores.postgres.migrations` versions it; ``migrate()``
+  is a single read when current, else runs under an advisory lock keyed by the schema.
+* **The database clock decides.** Every statement fixes one instant: the caller's ``now``,
+  or ``statement_timestamp()`` of the server. Due-ness, lease expiry, reaping, start and
+  finish times all come from the server's clock, so instances with skewed clocks agree.
+  Times are ``timestamptz`` (microseconds, like Python's datetimes). A ``clock`` given to
+  the store (tests) replaces the server's clock for ``now=None``.
+* **A claim is one statement per batch**: candidates are selected ``FOR UPDATE SKIP
+  LOCKED`` in claim order, updated to ``running`` with a new fencing token, and returned
+  by ``UPDATE ... RETURNING``; concurrent claimers skip each other's rows instead of
+  waiting. The overlap rules are part of the same statement: a ``skip``/``queue`` candidate
+  qualifies only if its (job, scope) has no running row and no earlier claimable due row,
+  which makes at most one such row per (job, scope) eligible in any snapshot; the row lock,
+  and PostgreSQL's re-check of a row changed after the snapshot, mean two claimers can
+  never both start one. ``skip`` rows blocked by a running or just-claimed sibling become
+  ``skipped`` in the same statement. (Unlike memory and SQLite, an earlier due row of the
+  same job and scope blocks a ``skip``/``queue`` candidate even if its task is not among
+  the claimer's tasks: that is what keeps claimers of different task lists from racing.)
+* **Fenced, batched writes.** Renewals, completions and releases of any number of
+  occurrences are one ``UPDATE ... FROM unnest(...)`` each, applying only where the row is
+  still ``running`` with the writer's instance id and token; ``RETURNING`` tells which.
+* **LISTEN/NOTIFY.** A statement that makes occurrences claimable within a minute
+  (insert, plan, retry, release, reap) also sends ``pg_notify('soloist_<schema>', ...)``
+  in its own transaction; :meth:`PostgresStore.wait_for_work` waits for it on a dedicated
+  connection, so an idle instance wakes as soon as work is committed.
+* **Connections**: psycopg 3 async, a small pool per event loop, opened on first use.
+  Driver errors become :class:`~soloist.errors.StoreError` (``StoreUnavailableError`` when
+  the server cannot be reached), naming host and database, never the password.
+"""
+
+from __future__ import annotations
+
+from soloist.stores.postgres.store import PostgresStore
+from soloist.stores.postgres.url import DEFAULT_SCHEMA, parse_url
+
+__all__ = ["DEFAULT_SCHEMA", "PostgresStore", "parse_url"]

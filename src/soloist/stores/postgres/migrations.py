@@ -1,0 +1,171 @@
+"""Versioned schema of the PostgreSQL store.
+
+``MIGRATIONS[i]`` brings an app's schema from version ``i`` to ``i + 1``. Released entries
+are never edited: a schema change is a new entry at the end. Statements are templates in
+which ``{schema}`` stands for the app's quoted schema name.
+
+:func:`migrate` reads the version first and, when it is current (the common case on every
+start), returns without taking any lock. Otherwise it applies the missing migrations in one
+transaction under ``pg_advisory_xact_lock`` keyed by the schema name, so when several
+instances start at once the first migrates and the others wait, then find nothing to do.
+DDL is transactional in PostgreSQL: a failed migration leaves nothing half done.
+
+Times are ``timestamptz`` (microsecond precision, exactly a Python datetime's); JSON
+columns are ``json`` rather than ``jsonb`` because ``json`` keeps the text as written, so
+values read back exactly as stored (``jsonb`` would turn ``1e20`` into an integer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import errors, sql
+
+from soloist.errors import StoreError
+
+__all__ = ["MIGRATIONS", "migrate", "schema_version"]
+
+_CLAIMABLE = "state IN ('scheduled', 'failed')"
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """
+        CREATE TABLE {schema}.occurrences (
+            seq              bigint GENERATED ALWAYS AS IDENTITY,
+            id               text PRIMARY KEY,
+            dedupe_key       text NOT NULL UNIQUE,
+            job              text NOT NULL,
+            task             text NOT NULL,
+            scope            text NOT NULL,
+            plan_time        timestamptz NOT NULL,
+            due_at           timestamptz NOT NULL,
+            kind             text NOT NULL,
+            state            text NOT NULL CHECK (state IN
+                ('scheduled', 'running', 'succeeded', 'failed', 'dead', 'skipped')),
+            attempt          integer NOT NULL DEFAULT 0,
+            max_attempts     integer NOT NULL,
+            overlap          text NOT NULL CHECK (overlap IN ('skip', 'allow', 'queue')),
+            payload          json NOT NULL,
+            instance_id      text,
+            lease_expires_at timestamptz,
+            fencing_token    bigint NOT NULL DEFAULT 0,
+            created_at       timestamptz NOT NULL,
+            started_at       timestamptz,
+            finished_at      timestamptz,
+            error_code       text,
+            error_message    text,
+            result           json
+        )
+        """,
+        # Claims and next_due: claimable rows in claim order.
+        "CREATE INDEX occurrences_claim ON {schema}.occurrences (due_at, plan_time, seq) "
+        f"WHERE {_CLAIMABLE}",
+        # Overlap rules: the earlier claimable siblings of a (job, scope)...
+        "CREATE INDEX occurrences_siblings ON {schema}.occurrences "
+        f"(job, scope, due_at, plan_time, seq) WHERE {_CLAIMABLE}",
+        # Claimable skip/queue rows only (few, unlike a queue of tasks): the rows a claim
+        # may have to mark skipped.
+        "CREATE INDEX occurrences_exclusive ON {schema}.occurrences "
+        f"(job, scope, due_at, plan_time, seq) WHERE {_CLAIMABLE} "
+        "AND overlap IN ('skip', 'queue')",
+        # Whether a (job, scope) has a running row.
+        "CREATE INDEX occurrences_running ON {schema}.occurrences (job, scope) "
+        "WHERE state = 'running'",
+        # The reaper: expired leases among running rows.
+        "CREATE INDEX occurrences_lease ON {schema}.occurrences (lease_expires_at) "
+        "WHERE state = 'running'",
+        # History, newest plan time first, all jobs or one.
+        "CREATE INDEX occurrences_history ON {schema}.occurrences "
+        "(plan_time DESC, created_at DESC, seq DESC)",
+        "CREATE INDEX occurrences_job_history ON {schema}.occurrences "
+        "(job, plan_time DESC, created_at DESC, seq DESC)",
+        """
+        CREATE TABLE {schema}.plan_cursors (
+            job            text NOT NULL,
+            scope          text NOT NULL,
+            last_plan_time timestamptz,
+            planned_count  bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (job, scope)
+        )
+        """,
+        """
+        CREATE TABLE {schema}.jobs (
+            name       text PRIMARY KEY,
+            task       text NOT NULL,
+            schedule   json NOT NULL,
+            dynamic    boolean NOT NULL DEFAULT false,
+            paused     boolean NOT NULL DEFAULT false,
+            payload    json NOT NULL,
+            metadata   json NOT NULL,
+            created_at timestamptz NOT NULL
+        )
+        """,
+        # The audit log: one row per attempt that ended (completed, reaped or released).
+        """
+        CREATE TABLE {schema}.attempts (
+            occurrence_id text NOT NULL,
+            fencing_token bigint NOT NULL,
+            attempt       integer NOT NULL,
+            instance_id   text,
+            started_at    timestamptz,
+            finished_at   timestamptz NOT NULL,
+            outcome       text NOT NULL,
+            error_code    text,
+            error_message text,
+            PRIMARY KEY (occurrence_id, fencing_token)
+        )
+        """,
+    ),
+)
+
+_VERSION = "SELECT COALESCE(max(version), 0) FROM {schema}.schema_version"
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+_RECORD = "INSERT INTO {schema}.schema_version (version) VALUES (%s)"
+# One lock per schema: apps in other schemas of the database migrate independently.
+_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_SCHEMA_EXISTS = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+
+
+def _sql(template: str, schema: str) -> sql.Composed:
+    return sql.SQL(template).format(schema=sql.Identifier(schema))
+
+
+async def schema_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int:
+    """The newest migration applied to ``schema`` (0 when it has none, or does not exist).
+    ``conn`` must be in autocommit mode (a failed read must not abort a transaction)."""
+    try:
+        row = await (await conn.execute(_sql(_VERSION, schema))).fetchone()
+    except (errors.UndefinedTable, errors.InvalidSchemaName):
+        return 0
+    return int(row[0]) if row is not None else 0
+
+
+async def migrate(conn: psycopg.AsyncConnection[Any], schema: str) -> list[int]:
+    """Bring ``schema`` to the newest version; return the versions applied (often none).
+    ``conn`` must be in autocommit mode."""
+    if await schema_version(conn, schema) == len(MIGRATIONS):
+        return []  # the common case: one read, no lock
+    async with conn.transaction():
+        await conn.execute(_LOCK, (f"soloist:migrate:{schema}",))
+        if await (await conn.execute(_SCHEMA_EXISTS, (schema,))).fetchone() is None:
+            await conn.execute(_sql("CREATE SCHEMA {schema}", schema))
+        await conn.execute(_sql(_VERSION_TABLE, schema))
+        row = await (await conn.execute(_sql(_VERSION, schema))).fetchone()
+        current = int(row[0]) if row is not None else 0
+        if current > len(MIGRATIONS):
+            raise StoreError(
+                f"store schema {schema!r} is at version {current}, newer than this soloist "
+                f"supports ({len(MIGRATIONS)}); upgrade soloist"
+            )
+        applied = list(range(current + 1, len(MIGRATIONS) + 1))
+        for version in applied:
+            for statement in MIGRATIONS[version - 1]:
+                await conn.execute(_sql(statement, schema))
+            await conn.execute(_sql(_RECORD, schema), (version,))
+    return applied

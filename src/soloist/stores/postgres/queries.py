@@ -1,0 +1,348 @@
+"""The store's SQL: one statement per store call, rendered once per schema.
+
+Every write that ends an attempt (complete, reap, release) appends its audit record to
+``attempts`` in the same statement, from the rows its fenced ``UPDATE`` returned: a write
+the fence rejects logs nothing.
+
+Every template names tables as ``{schema}.name``; :class:`Queries` renders them with the
+schema quoted by :class:`psycopg.sql.Identifier`. All values are parameters. Each statement
+first fixes its instant in a ``clock`` CTE: the caller's ``now`` if given, else the
+database's ``statement_timestamp()``, so that one statement uses one instant throughout and
+the database clock decides when nobody passes one.
+
+A fence is ``state = 'running' AND instance_id = %(instance)s AND fencing_token = <token>``:
+the row is still running under this runner with this token. Batched writes join the rows to
+``unnest`` of parameter arrays, so a batch of any size is one statement; ``RETURNING``
+reports which writes applied.
+
+Wake-ups: a statement that makes occurrences claimable soon (due within
+:data:`WAKE_HORIZON`) also runs ``pg_notify`` on the app's channel, in its own transaction,
+so listeners are told exactly when the rows become visible. PostgreSQL folds identical
+notifications of one transaction into one.
+"""
+
+# S608 flags SQL built with f-strings. Here only module constants are joined (column lists,
+# the clock CTE, the fence); values are always %(name)s parameters and the schema is
+# rendered by psycopg's sql.Identifier in Queries.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from psycopg import sql
+
+__all__ = ["ATTEMPT_COLUMNS", "OCCURRENCE_COLUMNS", "WAKE_HORIZON", "Queries"]
+
+#: Rows due no later than this after they are written wake listening instances.
+WAKE_HORIZON = timedelta(seconds=60)
+
+#: Column order of every occurrence row the queries return (see ``codec.occurrence``).
+OCCURRENCE_COLUMNS = (
+    "id, dedupe_key, job, task, scope, plan_time, due_at, kind, state, attempt, "
+    "max_attempts, overlap, payload, instance_id, lease_expires_at, fencing_token, "
+    "created_at, started_at, finished_at, error_code, error_message, result"
+)
+_COLS = OCCURRENCE_COLUMNS
+_NOW = "clock AS MATERIALIZED (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)"
+_WAKE = "SELECT pg_notify(%(channel)s, 'occurrence')"
+_FENCE = "o.state = 'running' AND o.instance_id = %(instance)s AND o.fencing_token = c.token"
+_SOON = "<= (SELECT now FROM clock) + {horizon}"
+_RELEASED = "'lease released before the attempt finished'"
+#: Column order of the audit log (see ``codec.attempt``).
+ATTEMPT_COLUMNS = (
+    "occurrence_id, fencing_token, attempt, instance_id, started_at, finished_at, outcome, "
+    "error_code, error_message"
+)
+_ATTEMPT_COLUMNS = ATTEMPT_COLUMNS
+
+# A candidate is due, claimable and of a listed task. Overlap (allow never blocks): a
+# skip/queue candidate is eligible only if its (job, scope) has no running row and no
+# earlier claimable due row of any task. Within one snapshot at most one non-allow row per
+# (job, scope) is eligible, and the row lock plus PostgreSQL's re-check of a row changed
+# since the snapshot stop two claimers from both taking it, so concurrent claims never
+# start two rows of a non-allow (job, scope). Blocked rows are filtered before LIMIT: they
+# do not use up the batch. Skip rows blocked by a running sibling, or by a sibling claimed
+# earlier in this batch, become skipped in the same statement.
+_CLAIM = f"""
+WITH {_NOW},
+candidates AS MATERIALIZED (
+    SELECT o.id FROM {{schema}}.occurrences o
+    WHERE o.state IN ('scheduled', 'failed') AND o.due_at <= (SELECT now FROM clock)
+      AND o.task = ANY(%(tasks)s::text[])
+      AND (o.overlap = 'allow' OR (
+        NOT EXISTS (SELECT FROM {{schema}}.occurrences r
+                    WHERE r.job = o.job AND r.scope = o.scope AND r.state = 'running')
+        AND NOT EXISTS (
+            SELECT FROM {{schema}}.occurrences e
+            WHERE e.job = o.job AND e.scope = o.scope AND e.state IN ('scheduled', 'failed')
+              AND e.due_at <= (SELECT now FROM clock)
+              AND (e.due_at, e.plan_time, e.seq) < (o.due_at, o.plan_time, o.seq))))
+    ORDER BY o.due_at, o.plan_time, o.seq
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+),
+claimed AS (
+    UPDATE {{schema}}.occurrences o SET
+        state = 'running', attempt = o.attempt + 1, fencing_token = o.fencing_token + 1,
+        instance_id = %(instance)s, started_at = clock.now,
+        lease_expires_at = clock.now + %(ttl)s::interval, finished_at = NULL,
+        error_code = NULL, error_message = NULL, result = NULL
+    FROM candidates c, clock WHERE o.id = c.id
+    RETURNING o.*
+),
+to_skip AS MATERIALIZED (
+    SELECT s.id FROM {{schema}}.occurrences s
+    WHERE s.state IN ('scheduled', 'failed') AND s.overlap = 'skip'
+      AND s.due_at <= (SELECT now FROM clock) AND s.task = ANY(%(tasks)s::text[])
+      AND s.id NOT IN (SELECT id FROM claimed)
+      AND (EXISTS (SELECT FROM {{schema}}.occurrences r
+                   WHERE r.job = s.job AND r.scope = s.scope AND r.state = 'running')
+           OR EXISTS (SELECT FROM claimed c WHERE c.job = s.job AND c.scope = s.scope
+                      AND (c.due_at, c.plan_time, c.seq) < (s.due_at, s.plan_time, s.seq)))
+    FOR UPDATE OF s SKIP LOCKED
+),
+skipped AS (
+    UPDATE {{schema}}.occurrences o SET
+        state = 'skipped', finished_at = clock.now, error_code = 'overlap',
+        error_message = 'skipped: a previous occurrence of this job and scope was running'
+    FROM to_skip k, clock WHERE o.id = k.id
+)
+SELECT {_COLS} FROM claimed ORDER BY due_at, plan_time, seq
+"""
+
+_RENEW = f"""
+WITH {_NOW}
+UPDATE {{schema}}.occurrences o SET lease_expires_at = clock.now + %(ttl)s::interval
+FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS c(id, token), clock
+WHERE o.id = c.id AND {_FENCE}
+RETURNING o.id
+"""
+
+_COMPLETE = f"""
+WITH {_NOW},
+done AS (
+    UPDATE {{schema}}.occurrences o SET
+        state = c.state,
+        due_at = CASE WHEN c.state = 'failed' THEN COALESCE(c.retry_at, clock.now)
+                      ELSE o.due_at END,
+        lease_expires_at = NULL,
+        finished_at = CASE WHEN c.state = 'failed' THEN NULL ELSE clock.now END,
+        error_code = c.error_code, error_message = c.error_message, result = c.result::json
+    FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(states)s::text[],
+                %(retry_at)s::timestamptz[], %(codes)s::text[], %(messages)s::text[],
+                %(results)s::text[])
+         AS c(id, token, state, retry_at, error_code, error_message, result), clock
+    WHERE o.id = c.id AND {_FENCE}
+    RETURNING o.id, o.state, o.due_at, o.fencing_token, o.attempt, o.instance_id,
+              o.started_at, o.error_code, o.error_message
+),
+logged AS (
+    INSERT INTO {{schema}}.attempts ({_ATTEMPT_COLUMNS})
+    SELECT id, fencing_token, attempt, instance_id, started_at, (SELECT now FROM clock),
+           state, error_code, error_message
+    FROM done
+)
+SELECT ARRAY(SELECT id FROM done),
+       (SELECT count(*) FROM ({_WAKE} FROM done
+                              WHERE state = 'failed' AND due_at {_SOON} LIMIT 1) AS wake)
+"""
+
+# RETURNING gives the new values: the attempt that ended is the new attempt + 1 (a running
+# row's attempt is at least 1).
+_RELEASE = f"""
+WITH {_NOW},
+released AS (
+    UPDATE {{schema}}.occurrences o SET
+        state = CASE WHEN o.attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
+        attempt = GREATEST(o.attempt - 1, 0), lease_expires_at = NULL,
+        error_code = 'cancelled', error_message = {_RELEASED}
+    FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS c(id, token)
+    WHERE o.id = c.id AND {_FENCE}
+    RETURNING o.id, o.fencing_token, o.attempt + 1 AS attempt, o.instance_id, o.started_at
+),
+logged AS (
+    INSERT INTO {{schema}}.attempts ({_ATTEMPT_COLUMNS})
+    SELECT id, fencing_token, attempt, instance_id, started_at, (SELECT now FROM clock),
+           'released', 'cancelled', {_RELEASED}
+    FROM released
+)
+SELECT ARRAY(SELECT id FROM released),
+       (SELECT count(*) FROM ({_WAKE} FROM released LIMIT 1) AS wake)
+"""
+
+# Rows another reaper (or a renewing runner) holds are skipped, not waited for.
+_REAP = f"""
+WITH {_NOW},
+expired AS MATERIALIZED (
+    SELECT o.id FROM {{schema}}.occurrences o
+    WHERE o.state = 'running' AND o.lease_expires_at <= (SELECT now FROM clock)
+    FOR UPDATE OF o SKIP LOCKED
+),
+reaped AS (
+    UPDATE {{schema}}.occurrences o SET
+        state = CASE WHEN o.attempt < o.max_attempts THEN 'failed' ELSE 'dead' END,
+        due_at = CASE WHEN o.attempt < o.max_attempts THEN clock.now ELSE o.due_at END,
+        finished_at = CASE WHEN o.attempt < o.max_attempts THEN NULL ELSE clock.now END,
+        lease_expires_at = NULL, error_code = 'lease_expired',
+        error_message = 'lease of ' || COALESCE(o.instance_id, '?') || ' expired'
+    FROM expired e, clock WHERE o.id = e.id
+    RETURNING o.*
+),
+logged AS (
+    INSERT INTO {{schema}}.attempts ({_ATTEMPT_COLUMNS})
+    SELECT id, fencing_token, attempt, instance_id, started_at, (SELECT now FROM clock),
+           state, error_code, error_message
+    FROM reaped
+)
+SELECT {_COLS},
+       (SELECT count(*) FROM ({_WAKE} FROM reaped WHERE state = 'failed' LIMIT 1) AS wake)
+FROM reaped ORDER BY plan_time, seq
+"""
+
+_INSERT_COLUMNS = (
+    "id, dedupe_key, job, task, scope, plan_time, due_at, kind, state, max_attempts, "
+    "overlap, payload, created_at"
+)
+_INSERT = f"""
+WITH {_NOW},
+inserted AS (
+    INSERT INTO {{schema}}.occurrences ({_INSERT_COLUMNS})
+    SELECT %(id)s, %(dedupe_key)s, %(job)s, %(task)s, %(scope)s, %(plan_time)s, %(due_at)s,
+           %(kind)s, 'scheduled', %(max_attempts)s, %(overlap)s, %(payload)s::json, clock.now
+    FROM clock
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING {_COLS}
+)
+SELECT {_COLS},
+       (SELECT count(*) FROM ({_WAKE} FROM inserted WHERE due_at {_SOON}) AS wake)
+FROM inserted
+"""
+
+# The compare-and-set of a cursor, then the items, in one statement: the items are only
+# inserted if the cursor moved. Racing planners block on the cursor row (or its unique
+# key) and find it moved: exactly one applies.
+_ITEMS = f"""
+inserted AS (
+    INSERT INTO {{schema}}.occurrences ({_INSERT_COLUMNS})
+    SELECT i.id, i.dedupe_key, i.job, i.task, i.scope, i.plan_time, i.due_at, i.kind,
+           'scheduled', i.max_attempts, i.overlap, i.payload::json, clock.now
+    FROM unnest(%(ids)s::text[], %(keys)s::text[], %(jobs)s::text[], %(tasks)s::text[],
+                %(scopes)s::text[], %(plan_times)s::timestamptz[], %(dues)s::timestamptz[],
+                %(kinds)s::text[], %(max_attempts)s::integer[], %(overlaps)s::text[],
+                %(payloads)s::text[])
+         AS i(id, dedupe_key, job, task, scope, plan_time, due_at, kind, max_attempts,
+              overlap, payload), clock
+    WHERE EXISTS (SELECT FROM moved)
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING due_at
+)
+SELECT EXISTS (SELECT FROM moved),
+       (SELECT count(*) FROM ({_WAKE} FROM inserted WHERE due_at {_SOON} LIMIT 1) AS wake)
+"""
+_PLAN_FIRST = f"""
+WITH {_NOW},
+moved AS (
+    INSERT INTO {{schema}}.plan_cursors (job, scope, last_plan_time, planned_count)
+    VALUES (%(job)s, %(scope)s, %(new_last)s, %(added)s)
+    ON CONFLICT (job, scope) DO NOTHING
+    RETURNING 1
+),
+{_ITEMS}
+"""
+_PLAN_NEXT = f"""
+WITH {_NOW},
+moved AS (
+    UPDATE {{schema}}.plan_cursors
+    SET last_plan_time = %(new_last)s, planned_count = planned_count + %(added)s
+    WHERE job = %(job)s AND scope = %(scope)s AND last_plan_time = %(expected)s
+    RETURNING 1
+),
+{_ITEMS}
+"""
+
+_HISTORY = "ORDER BY plan_time DESC, created_at DESC, seq DESC LIMIT %(limit)s"
+_JOB_COLUMNS = "name, task, schedule, dynamic, paused, payload, metadata, created_at"
+_JOB_VALUES = """
+    FROM unnest(%(names)s::text[], %(tasks)s::text[], %(schedules)s::text[],
+                %(dynamic)s::boolean[], %(paused)s::boolean[], %(payloads)s::text[],
+                %(metadata)s::text[], %(created)s::timestamptz[])
+         AS j(name, task, schedule, dynamic, paused, payload, metadata, created_at), clock
+"""
+_JOB_SELECT = (
+    "SELECT j.name, j.task, j.schedule::json, j.dynamic, j.paused, j.payload::json, "
+    "j.metadata::json, COALESCE(j.created_at, clock.now)"
+)
+
+TEMPLATES: dict[str, str] = {
+    "claim": _CLAIM,
+    "renew": _RENEW,
+    "complete": _COMPLETE,
+    "release": _RELEASE,
+    "reap": _REAP,
+    "insert": _INSERT,
+    "plan_first": _PLAN_FIRST,
+    "plan_next": _PLAN_NEXT,
+    "get": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE id = %(id)s",
+    "attempts": f"SELECT {_ATTEMPT_COLUMNS} FROM {{schema}}.attempts "
+    "WHERE occurrence_id = %(id)s ORDER BY fencing_token",
+    "get_by_key": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE dedupe_key = %(key)s",
+    "cursor_get": "SELECT last_plan_time, planned_count FROM {schema}.plan_cursors "
+    "WHERE job = %(job)s AND scope = %(scope)s",
+    "next_due": "SELECT min(due_at) FROM {schema}.occurrences "
+    "WHERE state IN ('scheduled', 'failed') AND task = ANY(%(tasks)s::text[])",
+    # History: one statement per filter combination, so that each can use its index.
+    "list": f"SELECT {_COLS} FROM {{schema}}.occurrences {_HISTORY}",
+    "list_job": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE job = %(job)s {_HISTORY}",
+    "list_state": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE state = %(state)s {_HISTORY}",
+    "list_job_state": f"SELECT {_COLS} FROM {{schema}}.occurrences "
+    f"WHERE job = %(job)s AND state = %(state)s {_HISTORY}",
+    # The paused flag, created_at and origin (dynamic) belong to the store, not the code.
+    "job_upsert": f"WITH {_NOW} INSERT INTO {{schema}}.jobs ({_JOB_COLUMNS}) "
+    f"{_JOB_SELECT} {_JOB_VALUES} ON CONFLICT (name) DO UPDATE SET task = excluded.task, "
+    "schedule = excluded.schedule, payload = excluded.payload, metadata = excluded.metadata",
+    "job_add": f"WITH {_NOW} INSERT INTO {{schema}}.jobs ({_JOB_COLUMNS}) "
+    f"{_JOB_SELECT} {_JOB_VALUES} ON CONFLICT (name) DO NOTHING RETURNING name",
+    "job_get": f"SELECT {_JOB_COLUMNS} FROM {{schema}}.jobs WHERE name = %(name)s",
+    "job_list": f"SELECT {_JOB_COLUMNS} FROM {{schema}}.jobs ORDER BY name",
+    "job_delete": "WITH cursors AS (DELETE FROM {schema}.plan_cursors WHERE job = %(name)s) "
+    "DELETE FROM {schema}.jobs WHERE name = %(name)s RETURNING name",
+    "job_set_paused": "UPDATE {schema}.jobs SET paused = %(paused)s WHERE name = %(name)s "
+    "RETURNING name",
+}
+
+
+class Queries:
+    """Every statement of :data:`TEMPLATES`, rendered for one schema, as attributes."""
+
+    def __init__(self, schema: str) -> None:
+        names = {"schema": sql.Identifier(schema), "horizon": sql.Literal(WAKE_HORIZON)}
+        rendered = {
+            name: sql.SQL(template).format(**names).as_string(None)
+            for name, template in TEMPLATES.items()
+        }
+        self.claim = rendered["claim"]
+        self.renew = rendered["renew"]
+        self.complete = rendered["complete"]
+        self.release = rendered["release"]
+        self.reap = rendered["reap"]
+        self.insert = rendered["insert"]
+        self.plan_first = rendered["plan_first"]
+        self.plan_next = rendered["plan_next"]
+        self.get = rendered["get"]
+        self.get_by_key = rendered["get_by_key"]
+        self.attempts = rendered["attempts"]
+        self.cursor_get = rendered["cursor_get"]
+        self.next_due = rendered["next_due"]
+        self.list = {
+            (False, False): rendered["list"],
+            (True, False): rendered["list_job"],
+            (False, True): rendered["list_state"],
+            (True, True): rendered["list_job_state"],
+        }
+        self.job_upsert = rendered["job_upsert"]
+        self.job_add = rendered["job_add"]
+        self.job_get = rendered["job_get"]
+        self.job_list = rendered["job_list"]
+        self.job_delete = rendered["job_delete"]
+        self.job_set_paused = rendered["job_set_paused"]

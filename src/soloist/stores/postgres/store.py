@@ -1,0 +1,291 @@
+"""The asyncio face of the PostgreSQL store: one statement per call, on a pooled connection."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from soloist.clock import Clock
+from soloist.errors import DuplicateJobError, StoreError
+from soloist.models import (
+    Attempt,
+    Claimed,
+    JobRecord,
+    NewOccurrence,
+    Occurrence,
+    Outcome,
+    PlanCursor,
+    State,
+)
+from soloist.stores._values import aware_utc
+from soloist.stores.postgres import codec, migrations
+from soloist.stores.postgres.connections import Connections
+from soloist.stores.postgres.queries import Queries
+from soloist.stores.postgres.url import parse_url
+
+__all__ = ["PostgresStore"]
+
+Row = tuple[Any, ...]
+
+
+class PostgresStore:
+    """A :class:`soloist.stores.base.Store` in a PostgreSQL schema
+    (``postgresql://user@host:port/db?schema=name``, also ``postgres://``).
+
+    ``clock``: by default (None) the database's clock is the store's clock: ``now()`` reads
+    it, and every method called with ``now=None`` uses it inside its statement. Give a
+    clock only to move time by hand in tests; it then replaces the database's clock for
+    those methods. ``schema``: the PostgreSQL schema holding this app's tables (default
+    ``soloist``, or the URL's ``schema`` parameter), created by :meth:`migrate`.
+
+    Connections open lazily, a small pool per event loop. Cancelling a call does not undo
+    a statement the server already ran: a claim lost that way is reaped when its lease
+    expires."""
+
+    def __init__(self, url: str, *, clock: Clock | None = None, schema: str | None = None):
+        self.url = url
+        self.target = parse_url(url, schema)
+        self.schema = self.target.schema
+        self._clock = clock
+        self._sql = Queries(self.schema)
+        self._conns = Connections(self.target)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.target.display})"
+
+    # -- plumbing ---------------------------------------------------------------------------
+    async def _rows(self, query: str, params: dict[str, Any]) -> list[Row]:
+        with self._conns.translated():
+            pool = await self._conns.pool()
+            async with pool.connection() as conn:
+                cursor = await conn.execute(query, params)
+                return await cursor.fetchall() if cursor.description is not None else []
+
+    async def _row(self, query: str, params: dict[str, Any]) -> Row | None:
+        rows = await self._rows(query, params)
+        return rows[0] if rows else None
+
+    def _at(self, now: datetime | None) -> datetime | None:
+        """The instant to pass as ``%(now)s``: None lets the database's clock decide."""
+        if now is not None:
+            return aware_utc(now, "now")
+        return self._clock.now() if self._clock is not None else None
+
+    # -- life cycle -------------------------------------------------------------------------
+    async def migrate(self) -> None:
+        with self._conns.translated():
+            pool = await self._conns.pool()
+            async with pool.connection() as conn:
+                await migrations.migrate(conn, self.schema)
+
+    async def close(self) -> None:
+        await self._conns.close_all()
+
+    async def now(self) -> datetime:
+        if self._clock is not None:
+            return self._clock.now()
+        row = await self._row("SELECT clock_timestamp()", {})
+        assert row is not None
+        return codec.utc(row[0])
+
+    # -- waking -----------------------------------------------------------------------------
+    async def listen(self) -> None:
+        """Start listening for wake-ups now (``wait_for_work`` does it on first use).
+        Wake-ups sent from then on are kept until the next ``wait_for_work``."""
+        with self._conns.translated():
+            await self._conns.listener()
+
+    async def wait_for_work(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for a wake-up: True when one arrived (during this
+        call, or since the previous call), False when the time ran out.
+
+        Any instance of the app wakes listeners (NOTIFY on channel ``soloist_<schema>``)
+        when it makes occurrences claimable within ``queries.WAKE_HORIZON``: inserts and
+        plans, retries, releases, reaped leases. Wake-ups queued while nobody waited are
+        folded into one. True is also returned when this call had to (re)open the listening
+        connection, since wake-ups sent without a listener are lost: the caller then looks
+        for work as after any wake-up. One waiter at a time per store."""
+        try:
+            with self._conns.translated():
+                conn, fresh = await self._conns.listener()
+                if fresh:
+                    return True
+                woken = False
+                async for _ in conn.notifies(timeout=max(0.0, timeout), stop_after=1):
+                    woken = True
+                if woken:
+                    async for _ in conn.notifies(timeout=0):
+                        pass  # fold the queued ones into this wake-up
+                return woken
+        except StoreError:
+            self._conns.drop_listener()
+            raise
+
+    # -- occurrences ------------------------------------------------------------------------
+    async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
+        params = codec.insert_params(item)
+        params.update(now=self._at(None), channel=self.target.channel)
+        row = await self._row(self._sql.insert, params)
+        if row is not None:
+            return codec.occurrence(row), True
+        # A new statement sees a row that a concurrent insert committed meanwhile.
+        row = await self._row(self._sql.get_by_key, {"key": item.dedupe_key})
+        if row is None:
+            raise StoreError(f"occurrence {item.dedupe_key!r} was neither inserted nor found")
+        return codec.occurrence(row), False
+
+    async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
+        row = await self._row(self._sql.cursor_get, {"job": job, "scope": scope})
+        if row is None:
+            return None
+        last = codec.utc(row[0]) if row[0] is not None else None
+        return PlanCursor(job, scope, last, int(row[1]))
+
+    async def plan_advance(
+        self,
+        job: str,
+        scope: str,
+        expected_last: datetime | None,
+        new_last: datetime,
+        added_count: int,
+        items: Sequence[NewOccurrence],
+    ) -> bool:
+        params: dict[str, Any] = {
+            **codec.items_params(items),
+            "job": job,
+            "scope": scope,
+            "new_last": aware_utc(new_last, "new_last"),
+            "added": added_count,
+            "now": self._at(None),
+            "channel": self.target.channel,
+        }
+        if expected_last is None:
+            query = self._sql.plan_first
+        else:
+            query = self._sql.plan_next
+            params["expected"] = aware_utc(expected_last, "expected_last")
+        row = await self._row(query, params)
+        return bool(row is not None and row[0])
+
+    async def occurrence_claim(
+        self,
+        instance_id: str,
+        tasks: Collection[str],
+        limit: int,
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[Occurrence]:
+        if limit <= 0 or not tasks:
+            return []
+        params = {
+            "now": self._at(now),
+            "tasks": sorted(set(tasks)),
+            "limit": limit,
+            "instance": instance_id,
+            "ttl": lease_ttl,
+        }
+        return [codec.occurrence(row) for row in await self._rows(self._sql.claim, params)]
+
+    async def lease_renew(
+        self,
+        instance_id: str,
+        claims: Sequence[Claimed],
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> set[str]:
+        if not claims:
+            return set()
+        params = {
+            "now": self._at(now),
+            "ids": [claim.id for claim in claims],
+            "tokens": [claim.fencing_token for claim in claims],
+            "instance": instance_id,
+            "ttl": lease_ttl,
+        }
+        return {row[0] for row in await self._rows(self._sql.renew, params)}
+
+    async def occurrence_complete(
+        self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
+    ) -> set[str]:
+        if not outcomes:
+            return set()
+        params: dict[str, Any] = codec.complete_params(outcomes)
+        params.update(now=self._at(now), instance=instance_id, channel=self.target.channel)
+        row = await self._row(self._sql.complete, params)
+        return set(row[0]) if row is not None else set()
+
+    async def lease_release(
+        self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
+    ) -> set[str]:
+        if not claims:
+            return set()
+        params = {
+            "now": self._at(now),
+            "ids": [claim.id for claim in claims],
+            "tokens": [claim.fencing_token for claim in claims],
+            "instance": instance_id,
+            "channel": self.target.channel,
+        }
+        row = await self._row(self._sql.release, params)
+        return set(row[0]) if row is not None else set()
+
+    async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
+        params = {"now": self._at(now), "channel": self.target.channel}
+        return [codec.occurrence(row) for row in await self._rows(self._sql.reap, params)]
+
+    async def occurrence_next_due(
+        self, tasks: Collection[str], now: datetime | None = None
+    ) -> datetime | None:
+        if not tasks:
+            return None
+        row = await self._row(self._sql.next_due, {"tasks": sorted(set(tasks))})
+        return codec.utc(row[0]) if row is not None and row[0] is not None else None
+
+    async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
+        row = await self._row(self._sql.get, {"id": occurrence_id})
+        return codec.occurrence(row) if row is not None else None
+
+    async def occurrence_list(
+        self,
+        *,
+        job: str | None = None,
+        state: State | None = None,
+        limit: int = 100,
+    ) -> list[Occurrence]:
+        if limit <= 0:
+            return []
+        state_value = State(state).value if state is not None else None
+        params = {"job": job, "state": state_value, "limit": limit}
+        query = self._sql.list[(job is not None, state is not None)]
+        return [codec.occurrence(row) for row in await self._rows(query, params)]
+
+    async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
+        rows = await self._rows(self._sql.attempts, {"id": occurrence_id})
+        return [codec.attempt(row) for row in rows]
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def job_upsert(self, records: Sequence[JobRecord]) -> None:
+        if not records:
+            return
+        params: dict[str, Any] = {**codec.jobs_params(records), "now": self._at(None)}
+        await self._rows(self._sql.job_upsert, params)
+
+    async def job_add(self, record: JobRecord) -> None:
+        params: dict[str, Any] = {**codec.jobs_params([record]), "now": self._at(None)}
+        if await self._row(self._sql.job_add, params) is None:
+            raise DuplicateJobError(f"a job named {record.name!r} already exists")
+
+    async def job_get(self, name: str) -> JobRecord | None:
+        row = await self._row(self._sql.job_get, {"name": name})
+        return codec.job(row) if row is not None else None
+
+    async def job_list(self) -> list[JobRecord]:
+        return [codec.job(row) for row in await self._rows(self._sql.job_list, {})]
+
+    async def job_delete(self, name: str) -> bool:
+        return await self._row(self._sql.job_delete, {"name": name}) is not None
+
+    async def job_set_paused(self, name: str, paused: bool) -> bool:
+        params = {"name": name, "paused": paused}
+        return await self._row(self._sql.job_set_paused, params) is not None

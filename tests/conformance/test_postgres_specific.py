@@ -1,0 +1,494 @@
+"""What only the PostgreSQL store promises: URLs and schemas, migrations, the database clock,
+claims racing across processes, one statement per batch, and LISTEN/NOTIFY wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from soloist.clock import SystemClock
+from soloist.errors import ConfigError, StoreError, StoreUnavailableError
+from soloist.models import Claimed, Outcome, Overlap, State
+from soloist.stores import open_store
+from soloist.stores.postgres import PostgresStore, parse_url
+from soloist.stores.postgres.migrations import MIGRATIONS
+from soloist.testing.conformance import claim, new_occurrence
+
+LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)  # due for any real clock
+TTL = timedelta(minutes=5)
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
+    """A migrated store on a fresh schema, reading the database's clock."""
+    opened = PostgresStore(postgres_url)
+    await opened.migrate()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+async def other(postgres_url: str, store: PostgresStore) -> AsyncIterator[PostgresStore]:
+    """A second handle (another instance) on the same schema."""
+    opened = PostgresStore(postgres_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _versions(dsn: str, schema: str) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        query = sql.SQL("SELECT version FROM {}.schema_version ORDER BY version")
+        rows = conn.execute(query.format(sql.Identifier(schema))).fetchall()
+    return [row[0] for row in rows]
+
+
+# -- URLs and schemas -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("url", "schema", "expected"),
+    [
+        ("postgresql://u@db.example:6432/app", None, "soloist"),
+        ("postgres://u@db.example/app?schema=billing", None, "billing"),
+        ("postgresql:///app?sslmode=disable&schema=_x1", None, "_x1"),
+        ("postgresql://u@h/app", "reports", "reports"),
+        ("postgresql://u@h/app?schema=reports", "reports", "reports"),
+    ],
+)
+def test_schema_comes_from_the_url_or_the_argument(
+    url: str, schema: str | None, expected: str
+) -> None:
+    """The schema is the URL's schema= parameter, else the argument, else 'soloist'."""
+    target = parse_url(url, schema)
+    assert target.schema == expected
+    assert "schema=" not in target.conninfo
+    assert target.channel == f"soloist_{expected}"
+
+
+def test_other_url_parameters_reach_libpq_unchanged() -> None:
+    """Parameters other than schema, percent-encoded ones included, go to libpq as given."""
+    target = parse_url("postgresql://u@h/app?options=-c%20work_mem%3D8MB&schema=s")
+    assert target.conninfo == "postgresql://u@h/app?options=-c%20work_mem%3D8MB"
+
+
+@pytest.mark.parametrize("name", ["Upper", "1st", "pg_app", "a-b", "a b", "x" * 56, ""])
+def test_bad_schema_names_raise_config_error_naming_them(name: str) -> None:
+    """A schema name that is not a plain lower-case identifier is a ConfigError."""
+    with pytest.raises(ConfigError, match="invalid PostgreSQL schema name"):
+        PostgresStore("postgresql://u@h/app", schema=name)
+
+
+@pytest.mark.parametrize(
+    ("url", "schema", "match"),
+    [
+        ("mysql://u:hunter2@h/app", None, "invalid PostgreSQL store URL"),
+        ("postgresql://u:hunter2@h/app?nosuch=1", None, "nosuch"),
+        ("postgresql://u:hunter2@h/app?schema=a&schema=b", None, "twice"),
+        ("postgresql://u:hunter2@h/app?schema=a", "b", "conflicting schemas"),
+    ],
+)
+def test_bad_urls_raise_config_error_without_the_password(
+    url: str, schema: str | None, match: str
+) -> None:
+    """A malformed URL is a ConfigError quoting it with its password masked."""
+    with pytest.raises(ConfigError, match=match) as caught:
+        PostgresStore(url, schema=schema)
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_open_store_selects_the_postgres_store(scheme: str) -> None:
+    """open_store dispatches both spellings of the scheme; repr hides the password."""
+    store = open_store(f"{scheme}://app:hunter2@db.example:5433/prod?schema=billing")
+    assert isinstance(store, PostgresStore)
+    assert store.schema == "billing"
+    assert "hunter2" not in repr(store) and "db.example:5433/prod" in repr(store)
+
+
+async def test_unreachable_server_is_unavailable_without_the_password() -> None:
+    """No server listening: StoreUnavailableError naming host and database, not the password."""
+    store = PostgresStore("postgresql://app:hunter2@127.0.0.1:1/proddb")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        await store.migrate()
+    assert time.monotonic() - started < 5  # refused at once, not retried until a timeout
+    message = str(caught.value)
+    assert "127.0.0.1" in message and "proddb" in message
+    assert "hunter2" not in message
+    await store.close()
+
+
+# -- migrations -----------------------------------------------------------------------------
+async def test_migrate_twice_is_a_no_op_that_takes_no_lock(
+    postgres_dsn: str, postgres_url: str
+) -> None:
+    """A current schema migrates with one read: no new version row, no wait on the lock."""
+    first = PostgresStore(postgres_url)
+    await first.migrate()
+    await first.close()
+    schema = parse_url(postgres_url).schema
+    assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+    with psycopg.connect(postgres_dsn) as holder:  # holds the migration lock meanwhile
+        key = f"soloist:migrate:{schema}"
+        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+        second = PostgresStore(postgres_url)
+        await asyncio.wait_for(second.migrate(), timeout=5)
+        await second.close()
+    assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_instances_migrating_at_once_are_safe(postgres_dsn: str, postgres_url: str) -> None:
+    """Four stores migrating one fresh schema concurrently: no error, each version once."""
+    stores = [PostgresStore(postgres_url) for _ in range(4)]
+    await asyncio.gather(*(store.migrate() for store in stores))
+    await asyncio.gather(*(store.close() for store in stores))
+    schema = parse_url(postgres_url).schema
+    assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_two_apps_share_a_database_without_seeing_each_other(
+    make_postgres_url: Callable[[], str],
+) -> None:
+    """Two schemas on one database: occurrences, claims and jobs stay in their own app."""
+    a = PostgresStore(make_postgres_url())
+    b = PostgresStore(make_postgres_url())
+    await a.migrate()
+    await b.migrate()
+    await a.occurrence_insert(new_occurrence("same-key", due_at=LONG_AGO))
+    (in_b, created) = await b.occurrence_insert(new_occurrence("same-key", due_at=LONG_AGO))
+    assert created  # the dedupe key is per app
+    assert [o.id for o in await b.occurrence_list()] == [in_b.id]
+    assert [o.id for o in await claim(b, instance="b")] == [in_b.id]
+    assert len(await claim(a, instance="a")) == 1
+    await a.plan_advance("job", "", None, LONG_AGO, 0, [])
+    assert await b.plan_cursor_get("job", "") is None
+    await a.close()
+    await b.close()
+
+
+# -- errors and life cycle ------------------------------------------------------------------
+async def test_an_unmigrated_schema_raises_store_error(postgres_url: str) -> None:
+    """Driver errors (here: no tables yet) surface as StoreError, not psycopg errors."""
+    store = PostgresStore(postgres_url)
+    with pytest.raises(StoreError, match="does not exist"):
+        await store.occurrence_get("x")
+    await store.close()
+
+
+async def test_a_closed_store_raises_store_error(store: PostgresStore) -> None:
+    """Using a store after close() raises StoreError rather than reconnecting."""
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.occurrence_get("x")
+
+
+async def test_json_values_read_back_exactly(store: PostgresStore) -> None:
+    """Payloads and results keep their JSON text: 1e20 stays a float, -0.0 stays -0.0."""
+    payload = {"big": 1e20, "negative_zero": -0.0, "n": 10**30}
+    occ, _ = await store.occurrence_insert(new_occurrence("k", due_at=LONG_AGO, payload=payload))
+    (got,) = await claim(store)
+    done = Outcome(got.id, got.fencing_token, State.SUCCEEDED, result=[1e20])
+    await store.occurrence_complete("i1", [done])
+    stored = await store.occurrence_get(occ.id)
+    assert stored is not None and stored.result == [1e20] and isinstance(stored.result[0], float)
+    assert json.dumps(stored.payload) == json.dumps(payload)
+
+
+def test_usable_from_several_event_loops_and_threads(postgres_dsn: str, postgres_url: str) -> None:
+    """asyncio.run calls in turn and from threads share one store; close leaves no connection."""
+    app_name = f"soloist-test-{random.getrandbits(48):x}"
+    store = PostgresStore(f"{postgres_url}&application_name={app_name}")
+    asyncio.run(store.migrate())
+    asyncio.run(store.occurrence_insert(new_occurrence("first")))
+    errors: list[BaseException] = []
+
+    def insert_from_thread(n: int) -> None:
+        try:
+            asyncio.run(store.occurrence_insert(new_occurrence(f"k{n}")))
+        except BaseException as exc:  # reported to the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=insert_from_thread, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    assert len(asyncio.run(store.occurrence_list())) == 5
+    asyncio.run(store.close())
+
+    def connections() -> int:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            row = conn.execute(query, (app_name,)).fetchone()
+        return int(row[0]) if row else -1
+
+    deadline = time.monotonic() + 5
+    while connections() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert connections() == 0
+
+
+# -- the database clock ---------------------------------------------------------------------
+async def test_the_database_clock_decides_when_now_is_none(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no clock injected and now=None, due-ness and leases follow the database's clock,
+    even when this process's clock runs an hour fast."""
+    skew = timedelta(hours=1)
+    real_now = SystemClock.now
+    monkeypatch.setattr(SystemClock, "now", lambda self: real_now(self) + skew)
+    db_now = await store.now()
+    assert abs(db_now - (SystemClock().now() - skew)) < timedelta(minutes=1)
+    soon = await store.occurrence_insert(new_occurrence("soon", due_at=db_now + skew / 2))
+    due = await store.occurrence_insert(new_occurrence("due", due_at=db_now - timedelta(seconds=1)))
+    before = await store.now()
+    claimed = await claim(store, ttl=skew / 2)
+    after = await store.now()
+    assert [o.id for o in claimed] == [due[0].id]  # "soon" is due only on the fast clock
+    (running,) = claimed
+    assert running.started_at is not None and before <= running.started_at <= after
+    assert running.lease_expires_at == running.started_at + skew / 2
+    assert await store.occurrence_reap() == []  # the lease expired only on the fast clock
+    assert await store.occurrence_next_due(["task"]) == soon[0].due_at
+
+
+# -- claims ---------------------------------------------------------------------------------
+_CLAIMER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from datetime import timedelta
+    from soloist.stores.postgres import PostgresStore
+
+    async def main() -> None:
+        store = PostgresStore(sys.argv[1])
+        await store.migrate()
+        print("ready", flush=True)
+        sys.stdin.readline()  # wait for "go": every process starts claiming together
+        claimed = []
+        while True:
+            batch = await store.occurrence_claim(sys.argv[2], ["task"], 7, timedelta(minutes=5))
+            if not batch:
+                break
+            claimed += [occ.id for occ in batch]
+        await store.close()
+        print(json.dumps(claimed), flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_processes_racing_to_claim_take_each_row_once(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """Three OS processes claiming 300 due rows: every row is claimed exactly once."""
+    items = [new_occurrence(f"k{n}", due_at=LONG_AGO + timedelta(seconds=n)) for n in range(300)]
+    assert await store.plan_advance("bulk", "", None, LONG_AGO, 300, items)
+    expected = {occ.id for occ in await store.occurrence_list(limit=1000)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CLAIMER, postgres_url, f"proc-{n}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(3)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [proc.communicate(timeout=60) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    claimed: list[str] = []
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        claimed += json.loads(out)
+    assert len(claimed) == len(set(claimed)) == 300
+    assert set(claimed) == expected
+    rows = await store.occurrence_list(limit=1000)
+    assert {(o.state, o.attempt, o.fencing_token) for o in rows} == {(State.RUNNING, 1, 1)}
+
+
+async def test_batches_are_one_statement_each(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 500-row claim, and renewing and completing those 500, each send one statement."""
+    items = [new_occurrence(f"k{n}", due_at=LONG_AGO + timedelta(seconds=n)) for n in range(1000)]
+    await store.plan_advance("bulk", "", None, LONG_AGO, 1000, items)
+    await store.occurrence_get("warm-up")  # the pool is open before counting starts
+    sent: list[str] = []
+    execute = psycopg.AsyncCursor.execute
+
+    async def counting(self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+        sent.append(str(query))
+        return await execute(self, query, *args, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    batch = await claim(store, limit=500)
+    assert len(batch) == 500 and len(sent) == 1
+    assert [o.due_at for o in batch] == [LONG_AGO + timedelta(seconds=n) for n in range(500)]
+    held = [Claimed(o.id, o.fencing_token) for o in batch]
+    assert len(await store.lease_renew("i1", held, TTL)) == 500 and len(sent) == 2
+    outcomes = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in batch]
+    assert len(await store.occurrence_complete("i1", outcomes)) == 500 and len(sent) == 3
+
+
+async def test_concurrent_claimers_never_overlap_a_skip_or_queue_job(
+    postgres_url: str, store: PostgresStore
+) -> None:
+    """Nine claimers on three handles: no skip/queue (job, scope) ever runs twice at once,
+    and every queued occurrence runs exactly once."""
+    jobs = {f"q{n}": Overlap.QUEUE for n in range(6)} | {f"s{n}": Overlap.SKIP for n in range(6)}
+    items = [
+        new_occurrence(f"{job}:{n}", job=job, due_at=LONG_AGO + timedelta(seconds=n), overlap=o)
+        for job, o in jobs.items()
+        for n in range(6)
+    ]
+    await store.plan_advance("bulk", "", None, LONG_AGO, len(items), items)
+    handles = [store] + [PostgresStore(postgres_url) for _ in range(2)]
+    for handle in handles:
+        await handle.occurrence_get("warm-up")  # pools open before the race starts
+    go = asyncio.Event()
+    running: Counter[str] = Counter()
+    violations: list[str] = []
+    finished: list[str] = []
+
+    async def claimer(n: int) -> None:
+        handle = handles[n % len(handles)]
+        await go.wait()
+        idle = 0
+        while idle < 5:
+            batch = await claim(handle, instance=f"c{n}", limit=2)
+            idle = 0 if batch else idle + 1
+            for occ in batch:
+                running[occ.job] += 1
+                if running[occ.job] > 1:
+                    violations.append(occ.job)
+            # Hold the runs long enough for the other claimers to try their luck.
+            await asyncio.sleep(random.uniform(0.005, 0.015) if batch else 0.01)
+            for occ in batch:
+                running[occ.job] -= 1  # before the completion: no false alarm
+            done = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in batch]
+            if done:
+                assert await handle.occurrence_complete(f"c{n}", done) == {o.id for o in batch}
+                finished.extend(o.job for o in batch)
+
+    tasks = [asyncio.create_task(claimer(n)) for n in range(9)]
+    go.set()
+    await asyncio.gather(*tasks)
+    for handle in handles[1:]:
+        await handle.close()
+    assert violations == []
+    counts = Counter(finished)
+    assert all(counts[job] == 6 for job in jobs if job.startswith("q"))
+    rows = await store.occurrence_list(limit=1000)
+    assert {o.state for o in rows} <= {State.SUCCEEDED, State.SKIPPED}
+    assert all(o.attempt == 1 for o in rows if o.state == State.SUCCEEDED)
+
+
+# -- LISTEN/NOTIFY --------------------------------------------------------------------------
+async def _insert_due(other: PostgresStore) -> None:
+    await other.occurrence_insert(new_occurrence("k", due_at=await other.now()))
+
+
+async def _plan_due(other: PostgresStore) -> None:
+    now = await other.now()
+    await other.plan_advance("job", "", None, now, 1, [new_occurrence("k", due_at=now)])
+
+
+async def _running(other: PostgresStore) -> Claimed:
+    await other.occurrence_insert(new_occurrence("r", due_at=LONG_AGO, max_attempts=2))
+    (occ,) = await claim(other, instance="w")
+    return Claimed(occ.id, occ.fencing_token)
+
+
+async def _release(other: PostgresStore, held: Claimed | None) -> None:
+    assert held is not None and await other.lease_release("w", [held]) == {held.id}
+
+
+async def _retry(other: PostgresStore, held: Claimed | None) -> None:
+    assert held is not None
+    failed = Outcome(held.id, held.fencing_token, State.FAILED, "handler_error")
+    assert await other.occurrence_complete("w", [failed]) == {held.id}
+
+
+async def _reap(other: PostgresStore, held: Claimed | None) -> None:
+    assert held is not None
+    later = await other.now() + 2 * TTL
+    assert [o.id for o in await other.occurrence_reap(now=later)] == [held.id]
+
+
+Cause = Callable[[PostgresStore, Claimed | None], Awaitable[None]]
+CAUSES: dict[str, tuple[bool, Cause]] = {
+    "insert": (False, lambda other, _: _insert_due(other)),
+    "plan_advance": (False, lambda other, _: _plan_due(other)),
+    "release": (True, _release),
+    "retry": (True, _retry),
+    "reap": (True, _reap),
+}
+
+
+@pytest.mark.parametrize("cause", list(CAUSES))
+async def test_work_made_claimable_elsewhere_wakes_a_listener(
+    store: PostgresStore, other: PostgresStore, cause: str
+) -> None:
+    """wait_for_work returns True within a second of another instance committing due work."""
+    needs_running, act = CAUSES[cause]
+    held = await _running(other) if needs_running else None
+    await store.listen()
+    assert await store.wait_for_work(0.05) is False  # nothing pending before the cause
+    waiter = asyncio.create_task(store.wait_for_work(10))
+    started = time.monotonic()
+    await act(other, held)
+    assert await waiter is True
+    assert time.monotonic() - started < 1
+
+
+async def test_wait_for_work_times_out_when_nothing_becomes_due(
+    store: PostgresStore, other: PostgresStore
+) -> None:
+    """No wake-up for far-future work or a success: False once the timeout has passed."""
+    await store.listen()
+    held = await _running(other)  # inserting "r" notifies: it is due
+    assert await store.wait_for_work(5) is True
+    now = await other.now()
+    await other.occurrence_insert(new_occurrence("later", due_at=now + timedelta(hours=1)))
+    done = Outcome(held.id, held.fencing_token, State.SUCCEEDED)
+    assert await other.occurrence_complete("w", [done]) == {held.id}
+    started = time.monotonic()
+    assert await store.wait_for_work(0.3) is False
+    assert 0.3 <= time.monotonic() - started < 1
+
+
+async def test_a_new_listener_reports_possible_missed_work(store: PostgresStore) -> None:
+    """The first wait (no listener yet) returns True at once: earlier wake-ups were missed."""
+    started = time.monotonic()
+    assert await store.wait_for_work(5) is True
+    assert time.monotonic() - started < 1
+    assert await store.wait_for_work(0.05) is False

@@ -1,0 +1,168 @@
+"""Fixtures shared by every tier: a PostgreSQL server for the tests of the PostgreSQL store.
+
+``postgres_dsn`` (once per session) finds a server, in this order:
+
+1. ``SOLOIST_TEST_PG_DSN`` (a ``postgresql://`` URL), used as given: if it does not answer,
+   the tests that need it fail;
+2. a local server with trust authentication: ``postgresql://127.0.0.1:5432/test``, then
+   ``postgresql:///test`` through the default Unix socket;
+3. a throwaway server made from local binaries (``initdb`` + ``pg_ctl`` on a free port in a
+   temporary directory, stopped at the end of the session); initdb refuses to run as root,
+   so as root it runs as the ``postgres`` user through ``runuser``;
+4. otherwise the tests are skipped with the reason, except with ``CI=true``, where they fail:
+   a skip in CI is a defect.
+
+Each test isolates its data in a fresh schema (``t_<hex>``) dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from glob import glob
+from pathlib import Path
+
+import pytest
+
+LOCAL_DSNS = ("postgresql://127.0.0.1:5432/test", "postgresql:///test")
+
+
+def pg_unreachable(dsn: str) -> str | None:
+    """None if ``dsn`` answers a query, else why not."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=3, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return str(exc).strip()
+    return None
+
+
+def _masked(dsn: str) -> str:
+    return re.sub(r"(://[^:/?#@]*:)[^@/?#]*@", r"\1***@", dsn)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _find_initdb() -> Path | None:
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve()
+    # Debian keeps the server binaries out of PATH, one directory per major version.
+    candidates = sorted(glob("/usr/lib/postgresql/*/bin/initdb"), key=_version, reverse=True)
+    return Path(candidates[0]) if candidates else None
+
+
+def _version(path: str) -> int:
+    match = re.search(r"/postgresql/(\d+)/", path)
+    return int(match.group(1)) if match else 0
+
+
+def start_throwaway_server() -> tuple[str, Callable[[], None]] | str:
+    """Start a private server; return (its DSN, a function that stops and deletes it), or
+    the reason it could not be started."""
+    initdb = _find_initdb()
+    if initdb is None:
+        return "no initdb found (PATH, /usr/lib/postgresql/*/bin)"
+    pg_ctl = initdb.parent / "pg_ctl"
+    as_user: list[str] = []
+    workdir = Path(tempfile.mkdtemp(prefix="soloist-pg-"))
+    if os.geteuid() == 0:
+        runuser = shutil.which("runuser")
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            owner = None
+        if runuser is None or owner is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+            return "running as root, and no 'postgres' user or runuser to run initdb as"
+        os.chown(workdir, owner.pw_uid, owner.pw_gid)
+        as_user = [runuser, "-u", "postgres", "--"]
+    data, port = workdir / "data", _free_port()
+    options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
+    steps = [
+        [str(initdb), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
+        [str(pg_ctl), "-D", str(data), "-l", str(workdir / "log"), "-o", options, "-w", "start"],
+    ]
+    for step in steps:
+        done = subprocess.run(as_user + step, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+            return f"{Path(step[0]).name} failed: {(done.stderr or done.stdout).strip()}"
+
+    def stop() -> None:
+        stopping = [str(pg_ctl), "-D", str(data), "-m", "immediate", "stop"]
+        subprocess.run(as_user + stopping, capture_output=True, timeout=60)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    return f"postgresql://postgres@127.0.0.1:{port}/postgres", stop
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """The URL of a PostgreSQL server for this session (see the module docstring)."""
+    explicit = os.environ.get("SOLOIST_TEST_PG_DSN")
+    if explicit:
+        problem = pg_unreachable(explicit)
+        if problem is not None:
+            pytest.fail(f"SOLOIST_TEST_PG_DSN={_masked(explicit)} does not answer: {problem}")
+        yield explicit
+        return
+    for dsn in LOCAL_DSNS:
+        if pg_unreachable(dsn) is None:
+            yield dsn
+            return
+    started = start_throwaway_server()
+    if not isinstance(started, str):
+        dsn, stop = started
+        try:
+            yield dsn
+        finally:
+            stop()
+        return
+    reason = (
+        "PostgreSQL TESTS NOT RUN: no server. Set SOLOIST_TEST_PG_DSN=postgresql://..., run "
+        f"one at {' or '.join(LOCAL_DSNS)} with trust auth, or install initdb/pg_ctl "
+        f"({started})"
+    )
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def make_postgres_url(postgres_dsn: str) -> Iterator[Callable[[], str]]:
+    """Makes store URLs on the session's server, each in a fresh schema (``t_<hex>``);
+    every schema made is dropped afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    made: list[str] = []
+
+    def make() -> str:
+        made.append(f"t_{uuid.uuid4().hex}")
+        return f"{postgres_dsn}{'&' if '?' in postgres_dsn else '?'}schema={made[-1]}"
+
+    yield make
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        for name in made:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def postgres_url(make_postgres_url: Callable[[], str]) -> str:
+    """A store URL on the session's server, in a fresh schema of its own."""
+    return make_postgres_url()
