@@ -233,3 +233,42 @@ class JobRecord:
     payload: JSONDict = field(default_factory=dict)
     metadata: JSONDict = field(default_factory=dict)
     created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class LeaderLease:
+    """Who leads election ``name``: the holder, its epoch (the fencing token of leadership:
+    it increases by one every time the leadership changes hands, and never goes back), and
+    until when the lease holds on the store's clock."""
+
+    name: str
+    leader_id: str
+    epoch: int
+    elected_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """A live instance, as it announces itself in the store with each heartbeat."""
+
+    instance_id: str
+    mode: str
+    hostname: str
+    pid: int
+    started_at: datetime
+    last_seen: datetime
+    expires_at: datetime
+    metadata: JSONDict = field(default_factory=dict)
+
+    def to_json(self) -> JSONDict:
+        return {
+            "instance_id": self.instance_id,
+            "mode": self.mode,
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "started_at": self.started_at.isoformat(),
+            "last_seen": self.last_seen.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
+            "metadata": self.metadata,
+        }

@@ -29,7 +29,9 @@ from typing import Protocol, runtime_checkable
 from soloist.models import (
     Attempt,
     Claimed,
+    InstanceInfo,
     JobRecord,
+    LeaderLease,
     NewOccurrence,
     Occurrence,
     Outcome,
@@ -63,6 +65,19 @@ class Store(Protocol):
         """Insert ``item`` unless its ``dedupe_key`` exists. Returns the stored occurrence
         (the existing one on a duplicate) and whether it was created. New rows start
         ``scheduled`` with attempt 0, fencing_token 0, created_at = now."""
+        ...
+
+    async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
+        """Insert many occurrences in one atomic step (one statement or transaction where the
+        store allows), ignoring existing dedupe keys. Returns how many were created."""
+        ...
+
+    async def work_wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a sign that work may have become due (an
+        insert, a retry, a release or a reap by any instance). Returns True on such a sign,
+        False on timeout. Stores that cannot notify (memory, SQLite) just wait ``timeout``
+        on their clock and return False; callers must poll anyway, this only shortens the
+        wait. Cancelling the wait is safe."""
         ...
 
     async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
@@ -200,4 +215,62 @@ class Store(Protocol):
 
     async def job_set_paused(self, name: str, paused: bool) -> bool:
         """Set the pause flag. Returns whether the job exists."""
+        ...
+
+    # -- leader election -----------------------------------------------------------------------
+    # One lease row per election ``name``. The epoch is the leadership's fencing token: it
+    # increases by one every time the lease passes to a different holder (or to the same
+    # holder after it lapsed or was resigned), and the row keeps its epoch when the lease
+    # expires or is resigned, so epochs never repeat. Expiry is on the store's clock.
+
+    async def leader_attempt_elect(
+        self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
+    ) -> LeaderLease | None:
+        """Atomically take the lease of ``name`` for ``instance_id`` if it is free: no row,
+        or expires_at <= now. Then epoch = previous epoch + 1 (1 for a new row),
+        elected_at = now, expires_at = now + ttl. If ``instance_id`` already holds an
+        unexpired lease, it is extended (same epoch), as by :meth:`leader_renew`. Returns
+        the lease if ``instance_id`` holds it after the call, else None."""
+        ...
+
+    async def leader_renew(
+        self,
+        name: str,
+        instance_id: str,
+        epoch: int,
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> LeaderLease | None:
+        """Extend the lease to now + ttl if ``instance_id`` holds it with ``epoch`` and it has
+        not expired (expires_at > now). Returns the renewed lease, or None: leadership is
+        lost and the caller must stop acting as leader."""
+        ...
+
+    async def leader_resign(
+        self, name: str, instance_id: str, epoch: int, now: datetime | None = None
+    ) -> bool:
+        """Give the lease up at once (expires_at = now) if ``instance_id`` holds it with
+        ``epoch``; the epoch stays, so the next holder gets epoch + 1. Returns whether it
+        was held."""
+        ...
+
+    async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
+        """The current unexpired lease of ``name``, or None if nobody leads."""
+        ...
+
+    # -- instances --------------------------------------------------------------------------
+    async def instance_heartbeat(
+        self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
+    ) -> None:
+        """Upsert ``info`` with last_seen = now and expires_at = now + ttl (the other fields
+        as given; started_at is kept from the first heartbeat)."""
+        ...
+
+    async def instance_list(self, now: datetime | None = None) -> list[InstanceInfo]:
+        """Instances whose expires_at > now, by instance_id. Rows long expired (older than
+        an hour) may be deleted by this call."""
+        ...
+
+    async def instance_remove(self, instance_id: str) -> None:
+        """Forget an instance (graceful shutdown). Safe if it is unknown."""
         ...
