@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -64,10 +65,14 @@ class Executor(Service):
         concurrency: int,
         lease_ttl: timedelta,
         poll_interval: timedelta,
+        claimable: Callable[[], list[str]] | None = None,
     ) -> None:
         super().__init__(clock, instance_id)
         self.store = store
         self.registry = registry
+        #: Which tasks this instance claims now (in leader mode followers claim only queue
+        #: tasks, the leader everything); default: every registered task.
+        self.claimable = claimable or (lambda: list(registry.tasks))
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
         self.poll_interval = poll_interval.total_seconds()
@@ -80,7 +85,7 @@ class Executor(Service):
         if not self.claiming:
             return self.poll_interval
         free = self.concurrency - len(self.active)
-        tasks = list(self.registry.tasks)
+        tasks = self.claimable()
         if free <= 0 or not tasks:
             return self.poll_interval  # a finishing run wakes us
         claimed = await self.store.occurrence_claim(self.instance_id, tasks, free, self.lease_ttl)
