@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import click
 
 from soloist import logs
+from soloist.config import DEFAULT_ELECTION
 from soloist.errors import ConfigError, SoloistError, StoreError, StoreUnavailableError
 from soloist.models import JobRecord
 from soloist.scheduler import Scheduler
@@ -197,6 +198,43 @@ def _job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
 
 @main.command()
 @store_option
+@json_option
+def status(store: str, as_json: bool) -> None:
+    """Live instances, the leader and its epoch, and each job's next plan time."""
+
+    async def fetch(s: Store) -> dict[str, Any]:
+        now = await s.now()
+        lease = await s.leader_get(DEFAULT_ELECTION)
+        return {
+            "leader_id": lease.leader_id if lease else None,
+            "epoch": lease.epoch if lease else None,
+            "leader_expires_at": lease.expires_at.isoformat() if lease else None,
+            "instances": [i.to_json() for i in await s.instance_list()],
+            "jobs": [_job_row(r, now) for r in await s.job_list()],
+        }
+
+    report = _with_store(_guard(lambda: _existing(store)), fetch)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    leader = report["leader_id"] or "(none)"
+    epoch = report["epoch"] if report["epoch"] is not None else "-"
+    click.echo(f"leader: {leader} (epoch {epoch})")
+    click.echo(f"instances ({len(report['instances'])} live):")
+    for inst in report["instances"]:
+        mark = " *" if inst["instance_id"] == report["leader_id"] else ""
+        click.echo(
+            f"  {inst['instance_id']}{mark}  mode {inst['mode']}  pid {inst['pid']} on "
+            f"{inst['hostname']}  last seen {inst['last_seen']}"
+        )
+    click.echo("jobs:")
+    for row in report["jobs"]:
+        paused = " (paused)" if row["paused"] else ""
+        click.echo(f"  {row['name']:<24} next {row['next_plan_time'] or '-'}{paused}")
+
+
+@main.command()
+@store_option
 @click.option("--job", default=None, help="Only this job.")
 @click.option("--state", default=None, help="Only this state (succeeded, dead, ...).")
 @click.option("--limit", default=50, show_default=True, type=int)
@@ -321,3 +359,39 @@ def demo(seconds: int, instances: int) -> None:
 
     ok = run_demo(seconds=seconds, instances=instances, echo=click.echo)
     raise SystemExit(0 if ok else 1)
+
+
+@main.command()
+@click.option(
+    "--store",
+    "stores",
+    multiple=True,
+    help="Store URL to measure (repeatable). Default: SOLOIST_STORE_URL, else a local "
+    "PostgreSQL at 127.0.0.1:5432/test if it answers, else SQLite.",
+)
+@click.option("--json", "json_path", default=None, help="Also write every figure to FILE.")
+@click.option("--tasks", default=10_000, show_default=True, help="No-op tasks per drain.")
+@click.option("--runs", default=3, show_default=True, help="Repetitions (medians reported).")
+@click.option("--concurrency", default=500, show_default=True, help="Slots per worker.")
+@click.option("--samples", default=50, show_default=True, help="Lateness samples per run.")
+def bench(
+    stores: tuple[str, ...],
+    json_path: str | None,
+    tasks: int,
+    runs: int,
+    concurrency: int,
+    samples: int,
+) -> None:
+    """Measure executions/s, enqueue rate and lateness (see docs/benchmarks.md)."""
+    from soloist.bench import BenchConfig, bench_main, default_store_url
+
+    config = BenchConfig(
+        stores=list(stores) or [default_store_url()],
+        tasks=tasks,
+        runs=runs,
+        concurrency=concurrency,
+        samples=samples,
+        json_path=json_path,
+        echo=click.echo,
+    )
+    _guard(lambda: bench_main(config))

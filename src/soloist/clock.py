@@ -26,6 +26,10 @@ class Clock(Protocol):
         """Wait ``seconds`` of this clock's time (cancellable)."""
         ...
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never jumps (for local deadlines such as trust windows)."""
+        ...
+
 
 class SystemClock:
     """The operating system's wall clock; sleeps with asyncio."""
@@ -35,6 +39,9 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
 
 def to_epoch_us(moment: datetime) -> int:

@@ -13,11 +13,13 @@ from soloist.durations import parse_duration
 from soloist.errors import ConfigError
 from soloist.stores import DEFAULT_STORE_URL, check_store_url
 
-MODES = ("distributed",)
+MODES = ("distributed", "leader", "local")
 
 #: Defaults, documented in the README: a dead instance's work is picked up after at most
 #: about LEASE_TTL + HEARTBEAT.
 DEFAULT_LEASE_TTL = timedelta(seconds=10)
+#: The name of the election all instances of an app take part in.
+DEFAULT_ELECTION = "soloist"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Config:
     grace_period: timedelta
     misfire_grace: timedelta
     lookahead: timedelta
+    election: str
 
     @classmethod
     def resolve(
@@ -47,16 +50,14 @@ class Config:
         grace_period: object = "30s",
         misfire_grace: object = "10s",
         lookahead: object = "1s",
+        election: str = DEFAULT_ELECTION,
     ) -> Config:
         env = os.environ
         url = store_url or env.get("SOLOIST_STORE_URL") or DEFAULT_STORE_URL
         check_store_url(url)
         mode = mode or env.get("SOLOIST_MODE") or "distributed"
         if mode not in MODES:
-            raise ConfigError(
-                f"invalid mode {mode!r}: expected 'distributed' (the 'leader' and 'local' "
-                "modes are not in this version yet)"
-            )
+            raise ConfigError(f"invalid mode {mode!r}: expected 'distributed', 'leader' or 'local'")
         ttl = parse_duration(
             lease_ttl or env.get("SOLOIST_LEASE_TTL") or DEFAULT_LEASE_TTL, what="lease_ttl"
         )
@@ -81,6 +82,7 @@ class Config:
             grace_period=parse_duration(grace_period, what="grace_period", allow_zero=True),
             misfire_grace=parse_duration(misfire_grace, what="misfire_grace", allow_zero=True),
             lookahead=parse_duration(lookahead, what="lookahead", allow_zero=True),
+            election=election,
         )
 
 

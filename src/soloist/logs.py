@@ -20,6 +20,7 @@ FIELDS = (
     "execution_id",
     "error_code",
     "duration_s",
+    "epoch",
     "service",
 )
 

@@ -142,7 +142,13 @@ class Registry:
             for job in self.jobs.values()
         ]
 
+    def queue_tasks(self) -> list[str]:
+        """Tasks that are not the handler of a recurring job (what ``enqueue`` queues)."""
+        return [name for name in self.tasks if name not in self.jobs]
+
     def task(self, name: str) -> TaskDef:
+        """The task ``name`` (an instance-local name resolves to its task)."""
+        name = name.partition(LOCAL_SEPARATOR)[0]
         try:
             return self.tasks[name]
         except KeyError:
@@ -150,6 +156,17 @@ class Registry:
             raise UnknownTaskError(
                 f"unknown task {name!r}: expected one of the registered tasks ({known})"
             ) from None
+
+
+#: Separates a name from the instance that owns it in ``local`` mode. A control character,
+#: so it can never appear in a user's name (:func:`check_name` refuses them).
+LOCAL_SEPARATOR = "\x1f"
+
+
+def local_name(name: str, instance_id: str) -> str:
+    """``name`` owned by ``instance_id``: in ``local`` mode each instance plans and claims
+    its own occurrences of every job under such names."""
+    return f"{name}{LOCAL_SEPARATOR}{instance_id}"
 
 
 def check_name(name: object, what: str = "job name") -> str:

@@ -30,12 +30,14 @@ from soloist.registry import (
     check_name,
 )
 from soloist.runtime import Runtime
+from soloist.runtime.elector import LeadershipCallback
 from soloist.schedules import Schedule
 from soloist.stores import open_store
 from soloist.stores.base import Store
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Handler)
+L = TypeVar("L", bound=LeadershipCallback)
 
 
 class Scheduler:
@@ -81,6 +83,8 @@ class Scheduler:
         self.ops = Operations(self._ready_store, self.registry, self._wake)
         self.schedules = Schedules(self)
         self._runtime: Runtime | None = None
+        self._on_elected: list[LeadershipCallback] = []
+        self._on_demoted: list[LeadershipCallback] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
 
@@ -228,6 +232,34 @@ class Scheduler:
         """An occurrence and the audit log of each of its attempts (who, when, why)."""
         return self._call(self.aattempts(occurrence_id))
 
+    # -- leadership -----------------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance leads right now (it holds the lease and still trusts it)."""
+        return self._runtime is not None and self._runtime.elector.is_leader
+
+    @property
+    def leader_id(self) -> str | None:
+        """The instance id of the current leader as last seen, or None."""
+        return self._runtime.elector.leader_id if self._runtime is not None else None
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """The epoch of the current leadership as last seen: a fencing token that rises at
+        every change of leader. None before the first election is seen."""
+        return self._runtime.elector.epoch if self._runtime is not None else None
+
+    def on_elected(self, fn: L) -> L:
+        """Decorate ``fn(epoch)`` (sync or async) to be called when this instance becomes
+        leader."""
+        self._on_elected.append(fn)
+        return fn
+
+    def on_demoted(self, fn: L) -> L:
+        """Decorate ``fn(epoch)`` to be called when this instance stops being leader."""
+        self._on_demoted.append(fn)
+        return fn
+
     # -- running ------------------------------------------------------------------------------
     @property
     def instance_id(self) -> str:
@@ -243,7 +275,14 @@ class Scheduler:
             return
         store = await self._ready_store()
         self._loop = asyncio.get_running_loop()
-        self._runtime = Runtime(store, self.registry, self.config, self.clock)
+        self._runtime = Runtime(
+            store,
+            self.registry,
+            self.config,
+            self.clock,
+            on_elected=self._on_elected,
+            on_demoted=self._on_demoted,
+        )
         await self._runtime.start()
 
     async def stop(self) -> None:

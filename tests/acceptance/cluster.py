@@ -73,12 +73,13 @@ class Instance:
 
 
 class Cluster:
-    """Instances of test apps sharing one SQLite file in ``workdir``."""
+    """Instances of test apps sharing one store: a SQLite file in ``workdir``, or the
+    store at ``url`` (a PostgreSQL schema of the test's own)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, url: str | None = None) -> None:
         self.workdir = workdir
         self.db = workdir / "soloist.db"
-        self.url = f"sqlite:///{self.db}"
+        self.url = url or f"sqlite:///{self.db}"
         self.instances: list[Instance] = []
         # One reader for the whole test; the schema exists before any instance starts, so
         # polling the history never takes the write lock (migrate would).
@@ -91,8 +92,9 @@ class Cluster:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def start(self, app: str, iid: str) -> Instance:
-        """Start ``soloist run apps/<app>:app`` as instance ``iid`` (not waiting for it)."""
+    def start(self, app: str, iid: str, **env: str) -> Instance:
+        """Start ``soloist run apps/<app>:app`` as instance ``iid`` (not waiting for it),
+        with extra environment variables ``env``."""
         log_path = self.workdir / f"{iid}.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
@@ -100,16 +102,16 @@ class Cluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
-                env=self._env(),
+                env=self._env() | env,
             )
         instance = Instance(iid, proc, log_path)
         self.instances.append(instance)
         return instance
 
-    def start_all(self, app: str, *iids: str, timeout: float = 20) -> list[Instance]:
-        """Start instances and wait until each one logs that it started (its SIGTERM
-        handler is then installed)."""
-        started = [self.start(app, iid) for iid in iids]
+    def start_all(self, app: str, *iids: str, timeout: float = 20, **env: str) -> list[Instance]:
+        """Start instances (with extra environment ``env``) and wait until each one logs
+        that it started (its SIGTERM handler is then installed)."""
+        started = [self.start(app, iid, **env) for iid in iids]
         for instance in started:
             wait_for(lambda i=instance: self._has_started(i), timeout, f"{instance.iid} to start")
         return started
@@ -118,6 +120,11 @@ class Cluster:
         if not instance.alive:
             raise AssertionError(f"{instance.iid} exited early; its log:\n{instance.log()}")
         return f"instance {instance.iid} started" in instance.log()
+
+    def status(self) -> dict[str, Any]:
+        """``soloist status --json``: leader, epoch, live instances, jobs."""
+        report: dict[str, Any] = json.loads(self.soloist("status", "--json"))
+        return report
 
     def soloist(self, *args: str) -> str:
         """Run a short ``soloist`` command against the store; return its stdout."""

@@ -18,3 +18,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield group
     finally:
         group.close()
+
+
+@pytest.fixture
+def pg_cluster(tmp_path: Path, postgres_url: str) -> Iterator[Cluster]:
+    """A fresh PostgreSQL schema; every instance started is killed at the end."""
+    group = Cluster(tmp_path, postgres_url)
+    try:
+        yield group
+    finally:
+        group.close()

@@ -210,6 +210,49 @@ async def test_json_values_read_back_exactly(store: PostgresStore) -> None:
     assert json.dumps(stored.payload) == json.dumps(payload)
 
 
+async def test_bulk_inserted_json_reads_back_exactly(store: PostgresStore) -> None:
+    """insert_many keeps each payload's JSON text: 1e20 stays a float, -0.0 stays -0.0."""
+    payloads: list[dict[str, Any]] = [
+        {"big": 1e20, "negative_zero": -0.0, "n": 10**30},
+        {"s": 'quote " and ✓', "nested": [{"a": None}]},
+        {},
+    ]
+    items = [new_occurrence(f"k{n}", payload=p) for n, p in enumerate(payloads)]
+    assert await store.occurrence_insert_many(items) == 3
+    stored = {o.dedupe_key: o.payload for o in await store.occurrence_list()}
+    assert [json.dumps(stored[f"k{n}"]) for n in range(3)] == [json.dumps(p) for p in payloads]
+
+
+async def test_a_schema_at_version_1_migrates_keeping_its_rows(
+    postgres_dsn: str, postgres_url: str
+) -> None:
+    """A schema from before the election tables gains them, keeping its occurrences."""
+    schema = parse_url(postgres_url).schema
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.schema_version (version integer PRIMARY KEY, "
+                "applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            ).format(sql.Identifier(schema))
+        )
+        for statement in MIGRATIONS[0]:
+            conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL("INSERT INTO {}.schema_version (version) VALUES (1)").format(
+                sql.Identifier(schema)
+            )
+        )
+    store = PostgresStore(postgres_url)
+    old, _ = await store.occurrence_insert(new_occurrence("old", due_at=LONG_AGO))
+    await store.migrate()
+    assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+    assert await store.occurrence_get(old.id) == old
+    lease = await store.leader_attempt_elect("main", "a", TTL)
+    assert lease is not None and lease.epoch == 1
+    await store.close()
+
+
 def test_usable_from_several_event_loops_and_threads(postgres_dsn: str, postgres_url: str) -> None:
     """asyncio.run calls in turn and from threads share one store; close leaves no connection."""
     app_name = f"soloist-test-{random.getrandbits(48):x}"
@@ -359,6 +402,91 @@ async def test_batches_are_one_statement_each(
     assert len(await store.occurrence_complete("i1", outcomes)) == 500 and len(sent) == 3
 
 
+async def test_insert_many_is_one_statement(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 5,000-row insert_many sends one statement and reports the rows it created."""
+    await store.occurrence_insert_many([new_occurrence("k00000", due_at=LONG_AGO)])
+    sent: list[str] = []
+    execute = psycopg.AsyncCursor.execute
+
+    async def counting(self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+        sent.append(str(query))
+        return await execute(self, query, *args, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    items = [new_occurrence(f"k{n:05}", due_at=LONG_AGO) for n in range(5000)]
+    assert await store.occurrence_insert_many(items) == 4999
+    assert len(sent) == 1
+
+
+async def test_racing_bulk_inserts_in_opposite_orders_do_not_deadlock(
+    postgres_url: str, store: PostgresStore
+) -> None:
+    """Eight handles inserting the same 2,000 keys, half in reverse order: no deadlock, each
+    key created once."""
+    handles = [store] + [PostgresStore(postgres_url) for _ in range(7)]
+    items = [new_occurrence(f"k{n:04}", due_at=LONG_AGO) for n in range(2000)]
+    try:
+        counts = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    handle.occurrence_insert_many(items[:: 1 if n % 2 else -1])
+                    for n, handle in enumerate(handles)
+                )
+            ),
+            timeout=60,
+        )
+    finally:
+        for handle in handles[1:]:
+            await handle.close()
+    assert sum(counts) == 2000
+    assert len(await store.occurrence_list(limit=5000)) == 2000
+
+
+# -- leader election on the database clock --------------------------------------------------
+async def test_leases_follow_the_database_clock(
+    store: PostgresStore, other: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no clock injected, terms start and end on the database's clock, even when this
+    process's clock runs an hour fast."""
+    real_now = SystemClock.now
+    monkeypatch.setattr(SystemClock, "now", lambda self: real_now(self) + timedelta(hours=1))
+    ttl = timedelta(minutes=30)
+    before = await store.now()
+    lease = await store.leader_attempt_elect("main", "a", ttl)
+    after = await store.now()
+    assert lease is not None and before <= lease.elected_at <= after
+    assert lease.expires_at == lease.elected_at + ttl
+    assert await other.leader_attempt_elect("main", "b", ttl) is None  # not expired on the db
+    assert await other.leader_get("main") == lease
+    assert await store.leader_resign("main", "a", lease.epoch) is True
+    taken = await other.leader_attempt_elect("main", "b", ttl)
+    assert taken is not None and taken.epoch == lease.epoch + 1
+
+
+async def test_concurrent_elects_from_many_handles_have_one_winner(
+    postgres_url: str, store: PostgresStore
+) -> None:
+    """Many handles (own pools) electing on the database clock at once: exactly one wins."""
+    handles = [store] + [PostgresStore(postgres_url) for _ in range(5)]
+    try:
+        for handle in handles:
+            await handle.occurrence_get("warm-up")
+        ttl = timedelta(minutes=5)
+        leases = await asyncio.gather(
+            *(
+                handles[n % len(handles)].leader_attempt_elect("main", f"c{n}", ttl)
+                for n in range(30)
+            )
+        )
+    finally:
+        for handle in handles[1:]:
+            await handle.close()
+    won = [lease for lease in leases if lease is not None]
+    assert len(won) == 1 and won[0].epoch == 1
+
+
 async def test_concurrent_claimers_never_overlap_a_skip_or_queue_job(
     postgres_url: str, store: PostgresStore
 ) -> None:
@@ -417,6 +545,12 @@ async def _insert_due(other: PostgresStore) -> None:
     await other.occurrence_insert(new_occurrence("k", due_at=await other.now()))
 
 
+async def _insert_many_due(other: PostgresStore) -> None:
+    now = await other.now()
+    items = [new_occurrence(f"k{n}", due_at=now) for n in range(100)]
+    assert await other.occurrence_insert_many(items) == 100
+
+
 async def _plan_due(other: PostgresStore) -> None:
     now = await other.now()
     await other.plan_advance("job", "", None, now, 1, [new_occurrence("k", due_at=now)])
@@ -447,6 +581,7 @@ async def _reap(other: PostgresStore, held: Claimed | None) -> None:
 Cause = Callable[[PostgresStore, Claimed | None], Awaitable[None]]
 CAUSES: dict[str, tuple[bool, Cause]] = {
     "insert": (False, lambda other, _: _insert_due(other)),
+    "insert_many": (False, lambda other, _: _insert_many_due(other)),
     "plan_advance": (False, lambda other, _: _plan_due(other)),
     "release": (True, _release),
     "retry": (True, _retry),
@@ -458,37 +593,40 @@ CAUSES: dict[str, tuple[bool, Cause]] = {
 async def test_work_made_claimable_elsewhere_wakes_a_listener(
     store: PostgresStore, other: PostgresStore, cause: str
 ) -> None:
-    """wait_for_work returns True within a second of another instance committing due work."""
+    """work_wait returns True within a second of another instance committing due work."""
     needs_running, act = CAUSES[cause]
     held = await _running(other) if needs_running else None
     await store.listen()
-    assert await store.wait_for_work(0.05) is False  # nothing pending before the cause
-    waiter = asyncio.create_task(store.wait_for_work(10))
+    assert await store.work_wait(0.05) is False  # nothing pending before the cause
+    waiter = asyncio.create_task(store.work_wait(10))
     started = time.monotonic()
     await act(other, held)
     assert await waiter is True
     assert time.monotonic() - started < 1
 
 
-async def test_wait_for_work_times_out_when_nothing_becomes_due(
+async def test_work_wait_times_out_when_nothing_becomes_due(
     store: PostgresStore, other: PostgresStore
 ) -> None:
-    """No wake-up for far-future work or a success: False once the timeout has passed."""
+    """No wake-up for far-future work (single or bulk) or a success: False once the
+    timeout has passed."""
     await store.listen()
     held = await _running(other)  # inserting "r" notifies: it is due
-    assert await store.wait_for_work(5) is True
+    assert await store.work_wait(5) is True
     now = await other.now()
     await other.occurrence_insert(new_occurrence("later", due_at=now + timedelta(hours=1)))
+    later = [new_occurrence(f"later{n}", due_at=now + timedelta(hours=1)) for n in range(5)]
+    assert await other.occurrence_insert_many(later) == 5
     done = Outcome(held.id, held.fencing_token, State.SUCCEEDED)
     assert await other.occurrence_complete("w", [done]) == {held.id}
     started = time.monotonic()
-    assert await store.wait_for_work(0.3) is False
+    assert await store.work_wait(0.3) is False
     assert 0.3 <= time.monotonic() - started < 1
 
 
 async def test_a_new_listener_reports_possible_missed_work(store: PostgresStore) -> None:
     """The first wait (no listener yet) returns True at once: earlier wake-ups were missed."""
     started = time.monotonic()
-    assert await store.wait_for_work(5) is True
+    assert await store.work_wait(5) is True
     assert time.monotonic() - started < 1
-    assert await store.wait_for_work(0.05) is False
+    assert await store.work_wait(0.05) is False

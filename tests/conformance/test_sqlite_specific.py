@@ -108,6 +108,99 @@ async def test_instances_migrating_at_once_are_safe(tmp_path: Path) -> None:
     assert _versions(path) == list(range(1, len(MIGRATIONS) + 1))
 
 
+async def test_a_version_2_file_migrates_keeping_its_rows(tmp_path: Path) -> None:
+    """A file from before the election tables gains them, keeping its occurrences."""
+    path = tmp_path / "s.db"
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute(
+            "CREATE TABLE soloist_schema_version (version INTEGER PRIMARY KEY, "
+            "applied_at INTEGER NOT NULL)"
+        )
+        for version, statements in enumerate(MIGRATIONS[:2], start=1):
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO soloist_schema_version VALUES (?, 0)", (version,))
+    conn.close()
+    store = SQLiteStore(_url(path), clock=FakeClock(T0))
+    old, _ = await store.occurrence_insert(new_occurrence("old"))
+    await store.migrate()
+    assert _versions(path) == list(range(1, len(MIGRATIONS) + 1))
+    assert await store.occurrence_get(old.id) == old
+    lease = await store.leader_attempt_elect("main", "a", timedelta(seconds=10))
+    assert lease is not None and lease.epoch == 1
+    await store.close()
+
+
+_ELECTOR = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from datetime import datetime, timedelta, timezone
+    from soloist.stores.sqlite import SQLiteStore
+
+    async def main() -> None:
+        store = SQLiteStore(sys.argv[1])
+        await store.migrate()
+        print("ready", flush=True)
+        sys.stdin.readline()  # wait for "go": every process elects together
+        won = []
+        for round_ in range(1, 21):  # each round at its own instant, past the last lease
+            now = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=round_)
+            lease = await store.leader_attempt_elect(
+                "main", sys.argv[2], timedelta(seconds=30), now=now
+            )
+            if lease is not None:
+                won.append([round_, lease.epoch])
+        await store.close()
+        print(json.dumps(won), flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_processes_racing_to_elect_get_one_leader_per_epoch(tmp_path: Path) -> None:
+    """Three OS processes electing at the same instants: one winner per round, and the
+    epochs of the rounds are 1, 2, 3, ... with no epoch held twice."""
+    url = _url(tmp_path / "elect.db")
+    store = SQLiteStore(url)
+    await store.migrate()
+    await store.close()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ELECTOR, url, f"proc-{n}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(3)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [proc.communicate(timeout=60) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    wins: list[tuple[int, int]] = []
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        wins += [(round_, epoch) for round_, epoch in json.loads(out)]
+    # A process that falls behind may take a round the others already left: it then holds
+    # a later term. What must hold: no epoch twice, and no round with two winners.
+    epochs = [epoch for _, epoch in wins]
+    assert len(epochs) == len(set(epochs))
+    rounds = [round_ for round_, _ in wins]
+    assert len(rounds) == len(set(rounds))
+    assert sorted(epochs) == list(range(1, len(epochs) + 1))
+
+
 async def test_the_file_uses_wal_and_times_are_integer_microseconds(tmp_path: Path) -> None:
     """The database runs in WAL mode; times are stored as epoch microseconds."""
     path = tmp_path / "s.db"

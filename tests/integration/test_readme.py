@@ -274,3 +274,18 @@ def test_readme_block_parser_finds_each_example() -> None:
     ]
     assert "Then look at it" in found[1].before
     assert "Then look at it" not in found[2].before
+
+
+def test_readme_leadership_example_registers_its_callback(blocks: list[Block]) -> None:
+    """The leader-election example runs against an app and registers an on_elected
+    callback that accepts an epoch."""
+    block = pick(
+        blocks,
+        "```python block under 'Coordination modes and leader election'",
+        lambda b: b.lang == "python" and b.section.startswith("Coordination modes"),
+    )
+    app = Scheduler("memory://")
+    namespace: dict[str, Any] = {"app": app}
+    exec(compile(block.body, "README.md", "exec"), namespace)
+    assert len(app._on_elected) == 1
+    app._on_elected[0](7)  # the documented signature: the epoch

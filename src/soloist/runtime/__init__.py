@@ -1,9 +1,19 @@
-"""The services one instance runs: planner, executor, heartbeater and reaper.
+"""The services one instance runs: planner, executor, heartbeater, reaper, elector and
+registrar.
 
-:class:`Runtime` wires them to one store and one registry and starts and stops them in
-the right order: on stop, planning and claiming end first, running handlers get the grace
-period while their leases are still renewed, the leftovers are released to other
-instances, and only then do the lease services stop.
+:class:`Runtime` wires them to one store and one registry, according to the mode:
+
+* ``distributed``: every instance plans and runs everything; the store's atomic claims
+  make each occurrence run once.
+* ``leader``: only the elected leader plans and runs recurring jobs; every instance still
+  runs queued tasks.
+* ``local``: no coordination: each instance plans and runs its own copy of every job
+  (under instance-local names), and warns when it sees other live instances.
+
+Leader election runs in every mode (it is also a user-facing primitive). On stop,
+planning ends first, the leader resigns so a follower takes over at once, running handlers
+get the grace period while their leases are still renewed, the leftovers are released to
+other instances, and only then do the lease services stop.
 """
 
 from __future__ import annotations
@@ -13,10 +23,12 @@ import logging
 
 from soloist.clock import Clock
 from soloist.config import Config
-from soloist.registry import Registry
+from soloist.registry import Registry, local_name
+from soloist.runtime.elector import Elector, LeadershipCallback
 from soloist.runtime.executor import Executor
 from soloist.runtime.leases import Heartbeater, Reaper
 from soloist.runtime.planner import Planner
+from soloist.runtime.registrar import Registrar
 from soloist.runtime.service import log
 from soloist.stores.base import Store
 
@@ -24,12 +36,30 @@ __all__ = ["Runtime"]
 
 
 class Runtime:
-    def __init__(self, store: Store, registry: Registry, config: Config, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        config: Config,
+        clock: Clock,
+        *,
+        on_elected: list[LeadershipCallback] | None = None,
+        on_demoted: list[LeadershipCallback] | None = None,
+    ) -> None:
         self.store = store
         self.registry = registry
         self.config = config
         self.clock = clock
         iid = config.instance_id
+        self.elector = Elector(
+            clock,
+            iid,
+            store,
+            election=config.election,
+            ttl=config.lease_ttl,
+            on_elected=[self._on_elected, *(on_elected or [])],
+            on_demoted=list(on_demoted or []),
+        )
         self.executor = Executor(
             clock,
             iid,
@@ -38,6 +68,7 @@ class Runtime:
             concurrency=config.concurrency,
             lease_ttl=config.lease_ttl,
             poll_interval=config.poll_interval,
+            claimable=self.claimable_tasks,
         )
         self.planner = Planner(
             clock,
@@ -48,16 +79,53 @@ class Runtime:
             misfire_grace=config.misfire_grace,
             refresh=config.poll_interval * 5,
             on_planned=self.executor.wake,
+            active=self.plans,
+            local_owner=iid if config.mode == "local" else None,
         )
         self.heartbeater = Heartbeater(clock, iid, self.executor, config.heartbeat)
         self.reaper = Reaper(clock, iid, store, config.heartbeat, self.executor.wake)
+        self.registrar = Registrar(
+            clock,
+            iid,
+            store,
+            mode=config.mode,
+            interval=config.heartbeat,
+            ttl=config.lease_ttl,
+            metadata={"jobs": sorted(registry.jobs), "tasks": registry.queue_tasks()},
+        )
         self.started = asyncio.Event()
         self._stopped = False
 
+    # -- what this instance does, by mode ----------------------------------------------------
+    def plans(self) -> bool:
+        """Whether this instance plans recurring jobs right now."""
+        return self.config.mode != "leader" or self.elector.is_leader
+
+    def claimable_tasks(self) -> list[str]:
+        """The task names this instance claims right now."""
+        mode, iid = self.config.mode, self.config.instance_id
+        if mode == "leader" and not self.elector.is_leader:
+            return self.registry.queue_tasks()
+        names = list(self.registry.tasks)
+        if mode == "local":
+            names += [local_name(job.task, iid) for job in self.registry.jobs.values()]
+        return names
+
+    async def _on_elected(self, epoch: int) -> None:
+        self.wake()
+
+    # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         await self.store.migrate()
         await self.register()
-        for service in (self.reaper, self.heartbeater, self.executor, self.planner):
+        for service in (
+            self.registrar,
+            self.elector,
+            self.reaper,
+            self.heartbeater,
+            self.executor,
+            self.planner,
+        ):
             await service.start()
         self.started.set()
         log.info(
@@ -66,7 +134,7 @@ class Runtime:
             self.config.mode,
             self.store.url,
             len(self.registry.jobs),
-            len(self.registry.tasks) - len(self.registry.jobs),
+            len(self.registry.queue_tasks()),
             extra={"action": "start", "instance_id": self.config.instance_id},
         )
 
@@ -87,9 +155,11 @@ class Runtime:
             extra={"action": "stopping", "instance_id": self.config.instance_id},
         )
         await self.planner.stop()
+        await self.elector.resign()
         await self.executor.drain(self.config.grace_period.total_seconds())
         await self.heartbeater.stop()
         await self.reaper.stop()
+        await self.registrar.deregister()
         log.log(
             logging.INFO,
             "instance %s stopped",

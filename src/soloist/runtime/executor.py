@@ -5,16 +5,24 @@ run in a thread pool, async handlers on the event loop; ``timeout`` cancels an a
 handler (a sync handler cannot be interrupted: its run is recorded as ``timeout`` and its
 late result is ignored). Every outcome is written fenced by the fencing token: if the
 lease was lost meanwhile, the write is rejected by the store and only logged here.
+Outcomes are written in batches by a :class:`~soloist.runtime.completer.Completer` (one
+store call for all the runs that finished during the previous call), and each run still
+learns whether its own write applied.
 
-When idle, the executor sleeps exactly until the next due occurrence, or ``poll_interval``
-at most (other instances may enqueue work that this process cannot see being written);
-work created in this process (enqueue, trigger, planning, a reaped lease) wakes it at once.
+When idle, the executor waits for whichever comes first: the next due occurrence, a
+wake-up from the store (:meth:`Store.work_wait`: PostgreSQL's LISTEN/NOTIFY tells it at once
+when another instance makes work due), work created in this process (enqueue, trigger,
+planning, a reaped lease), or ``poll_interval`` at most (stores that cannot notify).
+
+The per-run path is kept short for many small tasks: log records are only built when
+their level is enabled, and async handlers run on the loop without a thread hop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,12 +35,15 @@ from soloist.errors import LeaseLostError
 from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
 from soloist.payload import summarise_result
 from soloist.registry import Registry, TaskDef
+from soloist.runtime.completer import Completer
 from soloist.runtime.pool import DaemonThreadPool
 from soloist.runtime.service import Service, log
 from soloist.stores.base import Store
 
 #: How soon to look again when due work exists that could not be claimed (overlap=queue).
 BLOCKED_RECHECK = 0.2
+
+INFO = logging.INFO
 
 
 @dataclass
@@ -44,6 +55,8 @@ class Run:
     lease_deadline: float
     task: asyncio.Task[None] | None = None
     released: bool = False
+    #: The outcome has been handed to the completer: the run is no longer released on stop.
+    recorded: bool = False
     cancelled_for_lease: bool = False
     started: float = field(default_factory=monotonic)
 
@@ -79,9 +92,15 @@ class Executor(Service):
         self.active: dict[str, Run] = {}
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker")
+        self.completer = Completer(store, instance_id)
         self.counts = {state: 0 for state in ("succeeded", "failed", "dead", "fenced")}
+        #: Whether the last tick found less work than free slots: only then is a wake-up
+        #: from the store worth waiting for (a full executor waits for its own runs).
+        self._starved = False
+        self._notify_failed = False
 
     async def tick(self) -> float:
+        self._starved = False
         if not self.claiming:
             return self.poll_interval
         free = self.concurrency - len(self.active)
@@ -93,6 +112,7 @@ class Executor(Service):
             self._start(occ)
         if len(claimed) == free:
             return 0.0
+        self._starved = True
         next_due = await self.store.occurrence_next_due(tasks)
         if next_due is None:
             return self.poll_interval
@@ -100,6 +120,43 @@ class Executor(Service):
         if delay <= 0:
             return min(self.poll_interval, BLOCKED_RECHECK)
         return min(delay, self.poll_interval)
+
+    async def wait(self, seconds: float) -> None:
+        """Wait as :meth:`Service.wait` does, and also for a wake-up from the store when the
+        last tick was short of work."""
+        wake = self._wake
+        if not self._starved or wake is None or wake.is_set() or seconds <= 0:
+            await super().wait(seconds)
+            return
+        notify = asyncio.ensure_future(self.store.work_wait(seconds))
+        waits: set[asyncio.Future[Any]] = {
+            asyncio.ensure_future(self.clock.sleep(seconds)),
+            asyncio.ensure_future(wake.wait()),
+            notify,
+        }
+        try:
+            while waits:
+                done, waits = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if done != {notify} or notify.cancelled() or notify.exception() is None:
+                    break
+                # The store cannot notify right now: fall back on the timer and local wakes.
+                self._log_notify_failure(notify.exception())
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        wake.clear()
+
+    def _log_notify_failure(self, exc: BaseException | None) -> None:
+        if self._notify_failed:
+            return
+        self._notify_failed = True  # once per instance: the tick's own errors say the rest
+        self.log(
+            logging.WARNING,
+            "waiting for store wake-ups failed (%s); polling every %.1fs instead",
+            exc,
+            self.poll_interval,
+            action="notify_failed",
+        )
 
     def _start(self, occ: Occurrence) -> None:
         loop = asyncio.get_running_loop()
@@ -110,18 +167,19 @@ class Executor(Service):
         ctx = JobContext.for_occurrence(occ, self.instance_id, log, renew, loop)
         run = Run(occ, ctx, lease_deadline=monotonic() + self.lease_ttl.total_seconds())
         self.active[occ.id] = run
-        run.task = asyncio.create_task(self._run(run), name=f"soloist-run-{occ.id}")
-        run.task.add_done_callback(lambda _: self._finished(occ.id))
-        ctx.logger.info(
-            "claimed %s (plan %s, attempt %d, token %d)",
-            occ.job,
-            occ.plan_time.isoformat(),
-            occ.attempt,
-            occ.fencing_token,
-            extra={"action": "claimed"},
-        )
+        task = run.task = loop.create_task(self._run(run))
+        task.add_done_callback(functools.partial(self._finished, occ.id))
+        if log.isEnabledFor(INFO):
+            ctx.logger.info(
+                "claimed %s (plan %s, attempt %d, token %d)",
+                occ.job,
+                occ.plan_time.isoformat(),
+                occ.attempt,
+                occ.fencing_token,
+                extra={"action": "claimed"},
+            )
 
-    def _finished(self, occurrence_id: str) -> None:
+    def _finished(self, occurrence_id: str, _task: object = None) -> None:
         self.active.pop(occurrence_id, None)
         self.wake()
 
@@ -159,11 +217,13 @@ class Executor(Service):
             raise asyncio.CancelledError
 
     async def _invoke(self, task: TaskDef, ctx: JobContext, occ: Occurrence) -> Any:
-        timeout = task.timeout.total_seconds() if task.timeout else None
         if task.is_async:
-            return await asyncio.wait_for(task.fn(ctx, **occ.payload), timeout)
+            if task.timeout is None:
+                return await task.fn(ctx, **occ.payload)
+            return await asyncio.wait_for(task.fn(ctx, **occ.payload), task.timeout.total_seconds())
         loop = asyncio.get_running_loop()
         call = functools.partial(task.fn, ctx, **occ.payload)
+        timeout = task.timeout.total_seconds() if task.timeout else None
         return await asyncio.wait_for(loop.run_in_executor(self.pool, call), timeout)
 
     async def _record(
@@ -187,8 +247,24 @@ class Executor(Service):
             )
         else:
             outcome = Outcome(occ.id, occ.fencing_token, State.DEAD, code.value, message)
-        applied = await self.store.occurrence_complete(self.instance_id, [outcome])
-        if occ.id not in applied:
+        if run.released:
+            return  # the grace period ended while the retry time was read
+        # No await between the check above and the hand-over: drain() sees either a
+        # released run or a recorded one.
+        run.recorded = True
+        try:
+            applied = await self.completer.complete(outcome)
+        except Exception as exc:
+            ctx.logger.warning(
+                "could not record the outcome of %s (plan %s): %s; its lease will expire "
+                "and the reaper will retry it",
+                occ.job,
+                occ.plan_time.isoformat(),
+                exc,
+                extra={"action": "record_failed"},
+            )
+            return
+        if not applied:
             self.counts["fenced"] += 1
             ctx.logger.warning(
                 "lease of %s (plan %s) was lost: result %s fenced out",
@@ -199,24 +275,35 @@ class Executor(Service):
             )
             return
         self.counts[outcome.state.value] += 1
-        fields = {"action": outcome.state.value, "duration_s": round(duration, 6)}
         if code is None:
-            ctx.logger.info("succeeded %s in %.3fs", occ.job, duration, extra=fields)
-        else:
-            fields["error_code"] = code.value
-            ctx.logger.warning(
-                "%s %s (%s): %s%s",
-                "retrying" if outcome.state is State.FAILED else "gave up on",
-                occ.job,
-                code.value,
-                message,
-                f"; next attempt at {outcome.retry_at.isoformat()}" if outcome.retry_at else "",
-                extra=fields,
-            )
+            if log.isEnabledFor(INFO):
+                ctx.logger.info(
+                    "succeeded %s in %.3fs",
+                    occ.job,
+                    duration,
+                    extra={"action": "succeeded", "duration_s": round(duration, 6)},
+                )
+            return
+        ctx.logger.warning(
+            "%s %s (%s): %s%s",
+            "retrying" if outcome.state is State.FAILED else "gave up on",
+            occ.job,
+            code.value,
+            message,
+            f"; next attempt at {outcome.retry_at.isoformat()}" if outcome.retry_at else "",
+            extra={
+                "action": outcome.state.value,
+                "duration_s": round(duration, 6),
+                "error_code": code.value,
+            },
+        )
 
     async def renew(self, ids: list[str]) -> bool:
-        """Renew the leases of ``ids`` now; mark lost ones. True if all were renewed."""
-        runs = [self.active[i] for i in ids if i in self.active]
+        """Renew the leases of ``ids`` now; mark lost ones. True if all were renewed.
+
+        Runs whose outcome is being written are left out: that write ends the lease (a
+        renewal racing it would find the row finished and take the lease for lost)."""
+        runs = [r for r in map(self.active.get, ids) if r is not None and not r.recorded]
         if not runs:
             return False
         renewed = await self.store.lease_renew(
@@ -231,8 +318,9 @@ class Executor(Service):
         return len(renewed) == len(runs)
 
     def lose(self, run: Run) -> None:
-        """The lease of ``run`` is gone: tell the handler, cancel it if it is async."""
-        if run.ctx.lease_lost:
+        """The lease of ``run`` is gone: tell the handler, cancel it if it is async. (Not
+        once its outcome is being written: that write, fenced, says whether it applied.)"""
+        if run.ctx.lease_lost or run.recorded:
             return
         run.ctx.lease_lost = True
         run.ctx.logger.warning(
@@ -260,12 +348,15 @@ class Executor(Service):
                     remaining = {t for t in remaining if not t.done()}
             finally:
                 sleeper.cancel()
-        leftovers = list(self.active.values())
+        # Runs whose outcome is queued finish by themselves: write those outcomes first,
+        # and release only the rest (marked released first, so none records meanwhile).
+        leftovers = [run for run in self.active.values() if not run.recorded]
+        for run in leftovers:
+            run.released = True
+            if run.task is not None and self.registry.task(run.occ.task).is_async:
+                run.task.cancel()
+        await self.completer.drain()
         if leftovers:
-            for run in leftovers:
-                run.released = True
-                if run.task is not None and self.registry.task(run.occ.task).is_async:
-                    run.task.cancel()
             released = await self.store.lease_release(
                 self.instance_id, [r.claim for r in leftovers]
             )

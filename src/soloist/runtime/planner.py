@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from soloist.clock import Clock, to_epoch_us
 from soloist.models import CatchUp, JobRecord, Kind, NewOccurrence
-from soloist.registry import JobDef, Registry
+from soloist.registry import JobDef, Registry, local_name
 from soloist.runtime.service import Service
 from soloist.stores.base import Store
 
@@ -52,6 +52,8 @@ class Planner(Service):
         misfire_grace: timedelta,
         refresh: timedelta,
         on_planned: Callable[[], None] | None = None,
+        active: Callable[[], bool] = lambda: True,
+        local_owner: str | None = None,
     ) -> None:
         super().__init__(clock, instance_id)
         self.store = store
@@ -60,9 +62,16 @@ class Planner(Service):
         self.misfire_grace = misfire_grace
         self.refresh = refresh
         self.on_planned = on_planned
+        #: Whether this instance plans now (in leader mode: only while it leads).
+        self.active = active
+        #: In local mode, the instance whose private streams this planner keeps.
+        self.local_owner = local_owner
         self.planned_total = 0
 
     async def tick(self) -> float:
+        if not self.active():
+            self.log(logging.DEBUG, "not the leader: skipping planning", action="skip_planning")
+            return self.refresh.total_seconds()  # winning the election wakes us
         now = await self.store.now()
         records = {r.name: r for r in await self.store.job_list()}
         jobs = list(self.registry.jobs.values()) + self._dynamic_jobs(records)
@@ -113,7 +122,8 @@ class Planner(Service):
         record: JobRecord | None,
     ) -> datetime | None:
         """Plan one stream up to ``now + lookahead``; return its next plan time after that."""
-        cursor = await self.store.plan_cursor_get(job.name, scope)
+        stream = job.name if self.local_owner is None else local_name(job.name, self.local_owner)
+        cursor = await self.store.plan_cursor_get(stream, scope)
         if cursor is None:
             # A stream seen for the first time starts now (no back-fill of history), or,
             # for a dynamic schedule, when it was added.
@@ -164,7 +174,7 @@ class Planner(Service):
         if last_walked is not None:
             items = [self._occurrence(job, scope, p) for p in kept]
             if await self.store.plan_advance(
-                job.name, scope, expected, last_walked, len(items), items
+                stream, scope, expected, last_walked, len(items), items
             ):
                 self.planned_total += len(items)
                 if items:
@@ -191,10 +201,11 @@ class Planner(Service):
     def _occurrence(self, job: JobDef, scope: str, plan_time: datetime) -> NewOccurrence:
         key = occurrence_key(job.name, scope, plan_time)
         task = self.registry.task(job.task)
+        owner = self.local_owner
         return NewOccurrence(
-            dedupe_key=key,
+            dedupe_key=key if owner is None else local_name(key, owner),
             job=job.name,
-            task=job.task,
+            task=job.task if owner is None else local_name(job.task, owner),
             scope=scope,
             plan_time=plan_time,
             due_at=plan_time + job.schedule.jitter_offset(key),

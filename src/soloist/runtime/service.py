@@ -103,11 +103,22 @@ class Service(abc.ABC):
                 waiter.cancel()
         wake.clear()
 
-    def log(self, level: int, msg: str, *args: Any, action: str, **fields: Any) -> None:
+    def log(
+        self,
+        level: int,
+        msg: str,
+        *args: Any,
+        action: str,
+        exc_info: bool = False,
+        **fields: Any,
+    ) -> None:
+        if not log.isEnabledFor(level):
+            return
         log.log(
             level,
             msg,
             *args,
+            exc_info=exc_info,
             extra={"action": action, "service": self.name, "instance_id": self.instance_id}
             | fields,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from soloist.testing.clock import FakeClock
+from soloist.testing.skew import SkewedClock
 from soloist.testing.waiting import wait_until
 
-__all__ = ["FakeClock", "wait_until"]
+__all__ = ["FakeClock", "SkewedClock", "wait_until"]

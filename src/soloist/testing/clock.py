@@ -16,10 +16,15 @@ class FakeClock:
         if self._now.tzinfo is None:
             raise ValueError(f"FakeClock start {start!r} must be an aware datetime")
         self._now = self._now.astimezone(timezone.utc)
+        self._start = self._now
         self._sleepers: list[tuple[datetime, asyncio.Future[None]]] = []
 
     def now(self) -> datetime:
         return self._now
+
+    def monotonic(self) -> float:
+        """Seconds since this clock was made; moves only with :meth:`advance`."""
+        return (self._now - self._start).total_seconds()
 
     async def sleep(self, seconds: float) -> None:
         deadline = self._now + timedelta(seconds=max(0.0, seconds))

@@ -27,8 +27,11 @@ Design:
   still ``running`` with the writer's instance id and token; ``RETURNING`` tells which.
 * **LISTEN/NOTIFY.** A statement that makes occurrences claimable within a minute
   (insert, plan, retry, release, reap) also sends ``pg_notify('soloist_<schema>', ...)``
-  in its own transaction; :meth:`PostgresStore.wait_for_work` waits for it on a dedicated
+  in its own transaction; :meth:`PostgresStore.work_wait` waits for it on a dedicated
   connection, so an idle instance wakes as soon as work is committed.
+* **Leader leases and instances** (:mod:`~soloist.stores.postgres.coordination`): one
+  statement per call, on the database clock like the rest; a lease row is never deleted,
+  so epochs never repeat.
 * **Connections**: psycopg 3 async, a small pool per event loop, opened on first use.
   Driver errors become :class:`~soloist.errors.StoreError` (``StoreUnavailableError`` when
   the server cannot be reached), naming host and database, never the password.

@@ -7,7 +7,6 @@ SQL, and come back decoded by psycopg: never pickle.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,24 +16,35 @@ from soloist.clock import UTC
 from soloist.errors import ConfigError
 from soloist.models import (
     Attempt,
+    InstanceInfo,
     JobRecord,
     Kind,
+    LeaderLease,
     NewOccurrence,
     Occurrence,
     Outcome,
     Overlap,
     State,
 )
-from soloist.payload import validate_payload
-from soloist.stores._values import aware_utc, result_json
+from soloist.stores._values import (
+    aware_utc,
+    new_ids,
+    object_json,
+    payload_json,
+    payloads_json,
+    result_json,
+)
 
 __all__ = [
     "attempt",
     "complete_params",
     "insert_params",
+    "instance",
+    "instance_params",
     "items_params",
     "job",
     "jobs_params",
+    "leader_lease",
     "occurrence",
     "utc",
 ]
@@ -53,7 +63,7 @@ def _opt(moment: datetime | None) -> datetime | None:
 
 def dump_object(value: object, what: str) -> str:
     """A JSON object as text, or PayloadError naming what is wrong with it."""
-    return json.dumps(validate_payload(value, what=what), allow_nan=False)
+    return object_json(value, what)
 
 
 def occurrence(row: Sequence[Any]) -> Occurrence:
@@ -98,27 +108,40 @@ def insert_params(item: NewOccurrence) -> dict[str, Any]:
         "kind": Kind(item.kind).value,
         "max_attempts": item.max_attempts,
         "overlap": Overlap(item.overlap).value,
-        "payload": dump_object(item.payload, f"payload of {item.dedupe_key!r}"),
+        "payload": payload_json(item),
     }
 
 
-def items_params(items: Sequence[NewOccurrence]) -> dict[str, list[Any]]:
-    """The parameter arrays of many new occurrences (``Queries.plan_*``), ordered by
-    dedupe key so that concurrent writers of overlapping keys lock them in one order."""
-    rows = sorted((insert_params(item) for item in items), key=lambda r: r["dedupe_key"])
+def items_params(items: Sequence[NewOccurrence]) -> dict[str, Any]:
+    """The parameters of many new occurrences (``Queries.plan_*``, ``insert_many``): one
+    array per column, and the payloads as one JSON array. Ordered by dedupe key, so that
+    concurrent writers of overlapping keys lock them in one order (no deadlock). This is
+    the hot path of bulk inserts: each value is checked once, column by column."""
+    rows = sorted(items, key=_dedupe_key)
     return {
-        "ids": [r["id"] for r in rows],
-        "keys": [r["dedupe_key"] for r in rows],
-        "jobs": [r["job"] for r in rows],
-        "tasks": [r["task"] for r in rows],
-        "scopes": [r["scope"] for r in rows],
-        "plan_times": [r["plan_time"] for r in rows],
-        "dues": [r["due_at"] for r in rows],
-        "kinds": [r["kind"] for r in rows],
-        "max_attempts": [r["max_attempts"] for r in rows],
-        "overlaps": [r["overlap"] for r in rows],
-        "payloads": [r["payload"] for r in rows],
+        "ids": new_ids(len(rows)),
+        "keys": [item.dedupe_key for item in rows],
+        "jobs": [item.job for item in rows],
+        "tasks": [item.task for item in rows],
+        "scopes": [item.scope for item in rows],
+        "plan_times": [aware_utc(item.plan_time, "plan_time") for item in rows],
+        "dues": [aware_utc(item.due_at, "due_at") for item in rows],
+        "kinds": [_KINDS.get(item.kind) or Kind(item.kind).value for item in rows],
+        "max_attempts": [item.max_attempts for item in rows],
+        "overlaps": [_OVERLAPS.get(item.overlap) or Overlap(item.overlap).value for item in rows],
+        "payloads": payloads_json(rows),
     }
+
+
+def _dedupe_key(item: NewOccurrence) -> str:
+    return item.dedupe_key
+
+
+# Enum members and their values, to their values: a dict lookup where calling the enum
+# (which also accepts the plain strings) costs ten times more. Enum members hash by name,
+# hence both keys.
+_KINDS: dict[object, str] = {k: k.value for k in Kind} | {k.value: k.value for k in Kind}
+_OVERLAPS: dict[object, str] = {o: o.value for o in Overlap} | {o.value: o.value for o in Overlap}
 
 
 def complete_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
@@ -194,4 +217,37 @@ def attempt(row: Sequence[Any]) -> Attempt:
         outcome=row[6],
         error_code=row[7],
         error_message=row[8],
+    )
+
+
+def leader_lease(row: Sequence[Any]) -> LeaderLease:
+    """A lease from a row in ``name, leader_id, epoch, elected_at, expires_at`` order."""
+    return LeaderLease(
+        name=row[0], leader_id=row[1], epoch=row[2], elected_at=utc(row[3]), expires_at=utc(row[4])
+    )
+
+
+def instance_params(info: InstanceInfo) -> dict[str, Any]:
+    """Parameters of ``Coordination.instance_heartbeat`` but the time to live and now."""
+    return {
+        "instance": info.instance_id,
+        "mode": info.mode,
+        "hostname": info.hostname,
+        "pid": int(info.pid),
+        "started_at": aware_utc(info.started_at, "started_at"),
+        "metadata": dump_object(info.metadata, f"metadata of instance {info.instance_id!r}"),
+    }
+
+
+def instance(row: Sequence[Any]) -> InstanceInfo:
+    """An instance from a row in ``coordination.INSTANCE_COLUMNS`` order."""
+    return InstanceInfo(
+        instance_id=row[0],
+        mode=row[1],
+        hostname=row[2],
+        pid=row[3],
+        started_at=utc(row[4]),
+        last_seen=utc(row[5]),
+        expires_at=utc(row[6]),
+        metadata=row[7],
     )

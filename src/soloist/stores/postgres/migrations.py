@@ -117,6 +117,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # 2: leader leases (one row per election, kept when it lapses: epochs never repeat)
+        # and the heartbeats of live instances.
+        """
+        CREATE TABLE {schema}.leader_leases (
+            name       text PRIMARY KEY,
+            leader_id  text NOT NULL,
+            epoch      bigint NOT NULL,
+            elected_at timestamptz NOT NULL,
+            expires_at timestamptz NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE {schema}.instances (
+            instance_id text PRIMARY KEY,
+            mode        text NOT NULL,
+            hostname    text NOT NULL,
+            pid         integer NOT NULL,
+            started_at  timestamptz NOT NULL,
+            last_seen   timestamptz NOT NULL,
+            expires_at  timestamptz NOT NULL,
+            metadata    json NOT NULL
+        )
+        """,
+        "CREATE INDEX instances_expiry ON {schema}.instances (expires_at)",
+    ),
 )
 
 _VERSION = "SELECT COALESCE(max(version), 0) FROM {schema}.schema_version"

@@ -32,7 +32,7 @@ from datetime import timedelta
 
 from psycopg import sql
 
-__all__ = ["ATTEMPT_COLUMNS", "OCCURRENCE_COLUMNS", "WAKE_HORIZON", "Queries"]
+__all__ = ["ATTEMPT_COLUMNS", "NOW_CTE", "OCCURRENCE_COLUMNS", "WAKE_HORIZON", "Queries", "render"]
 
 #: Rows due no later than this after they are written wake listening instances.
 WAKE_HORIZON = timedelta(seconds=60)
@@ -44,7 +44,11 @@ OCCURRENCE_COLUMNS = (
     "created_at, started_at, finished_at, error_code, error_message, result"
 )
 _COLS = OCCURRENCE_COLUMNS
-_NOW = "clock AS MATERIALIZED (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)"
+#: The ``clock`` CTE fixing a statement's instant: the caller's ``%(now)s``, else the server's.
+NOW_CTE = (
+    "clock AS MATERIALIZED (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)"
+)
+_NOW = NOW_CTE
 _WAKE = "SELECT pg_notify(%(channel)s, 'occurrence')"
 _FENCE = "o.state = 'running' AND o.instance_id = %(instance)s AND o.fencing_token = c.token"
 _SOON = "<= (SELECT now FROM clock) + {horizon}"
@@ -219,20 +223,40 @@ SELECT {_COLS},
 FROM inserted
 """
 
+# Many new occurrences from ``codec.items_params``, in key order: the columns are arrays
+# sent in binary (psycopg dumps text arrays several times slower), zipped by ROWS FROM
+# with the elements of the payloads' JSON array; ``json`` keeps each element's text as
+# written, so payloads read back exactly.
+_INSERT_ITEMS = f"""
+    INSERT INTO {{schema}}.occurrences ({_INSERT_COLUMNS})
+    SELECT i.id, i.dedupe_key, i.job, i.task, i.scope, i.plan_time, i.due_at, i.kind,
+           'scheduled', i.max_attempts, i.overlap, i.payload, clock.now
+    FROM ROWS FROM (
+            unnest(%(ids)b::text[]), unnest(%(keys)b::text[]), unnest(%(jobs)b::text[]),
+            unnest(%(tasks)b::text[]), unnest(%(scopes)b::text[]),
+            unnest(%(plan_times)b::timestamptz[]), unnest(%(dues)b::timestamptz[]),
+            unnest(%(kinds)b::text[]), unnest(%(max_attempts)b::integer[]),
+            unnest(%(overlaps)b::text[]), json_array_elements(%(payloads)s::json))
+         AS i(id, dedupe_key, job, task, scope, plan_time, due_at, kind, max_attempts,
+              overlap, payload), clock
+"""
+_INSERT_MANY = f"""
+WITH {_NOW},
+inserted AS (
+    {_INSERT_ITEMS}
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING due_at
+)
+SELECT (SELECT count(*) FROM inserted),
+       (SELECT count(*) FROM ({_WAKE} FROM inserted WHERE due_at {_SOON} LIMIT 1) AS wake)
+"""
+
 # The compare-and-set of a cursor, then the items, in one statement: the items are only
 # inserted if the cursor moved. Racing planners block on the cursor row (or its unique
 # key) and find it moved: exactly one applies.
 _ITEMS = f"""
 inserted AS (
-    INSERT INTO {{schema}}.occurrences ({_INSERT_COLUMNS})
-    SELECT i.id, i.dedupe_key, i.job, i.task, i.scope, i.plan_time, i.due_at, i.kind,
-           'scheduled', i.max_attempts, i.overlap, i.payload::json, clock.now
-    FROM unnest(%(ids)s::text[], %(keys)s::text[], %(jobs)s::text[], %(tasks)s::text[],
-                %(scopes)s::text[], %(plan_times)s::timestamptz[], %(dues)s::timestamptz[],
-                %(kinds)s::text[], %(max_attempts)s::integer[], %(overlaps)s::text[],
-                %(payloads)s::text[])
-         AS i(id, dedupe_key, job, task, scope, plan_time, due_at, kind, max_attempts,
-              overlap, payload), clock
+    {_INSERT_ITEMS}
     WHERE EXISTS (SELECT FROM moved)
     ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING due_at
@@ -281,6 +305,7 @@ TEMPLATES: dict[str, str] = {
     "release": _RELEASE,
     "reap": _REAP,
     "insert": _INSERT,
+    "insert_many": _INSERT_MANY,
     "plan_first": _PLAN_FIRST,
     "plan_next": _PLAN_NEXT,
     "get": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE id = %(id)s",
@@ -312,21 +337,27 @@ TEMPLATES: dict[str, str] = {
 }
 
 
+def render(templates: dict[str, str], schema: str) -> dict[str, str]:
+    """``templates`` with ``{schema}`` (quoted) and ``{horizon}`` filled in."""
+    names = {"schema": sql.Identifier(schema), "horizon": sql.Literal(WAKE_HORIZON)}
+    return {
+        name: sql.SQL(template).format(**names).as_string(None)
+        for name, template in templates.items()
+    }
+
+
 class Queries:
     """Every statement of :data:`TEMPLATES`, rendered for one schema, as attributes."""
 
     def __init__(self, schema: str) -> None:
-        names = {"schema": sql.Identifier(schema), "horizon": sql.Literal(WAKE_HORIZON)}
-        rendered = {
-            name: sql.SQL(template).format(**names).as_string(None)
-            for name, template in TEMPLATES.items()
-        }
+        rendered = render(TEMPLATES, schema)
         self.claim = rendered["claim"]
         self.renew = rendered["renew"]
         self.complete = rendered["complete"]
         self.release = rendered["release"]
         self.reap = rendered["reap"]
         self.insert = rendered["insert"]
+        self.insert_many = rendered["insert_many"]
         self.plan_first = rendered["plan_first"]
         self.plan_next = rendered["plan_next"]
         self.get = rendered["get"]

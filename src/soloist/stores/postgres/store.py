@@ -11,16 +11,19 @@ from soloist.errors import DuplicateJobError, StoreError
 from soloist.models import (
     Attempt,
     Claimed,
+    InstanceInfo,
     JobRecord,
+    LeaderLease,
     NewOccurrence,
     Occurrence,
     Outcome,
     PlanCursor,
     State,
 )
-from soloist.stores._values import aware_utc
+from soloist.stores._values import aware_utc, positive_ttl
 from soloist.stores.postgres import codec, migrations
 from soloist.stores.postgres.connections import Connections
+from soloist.stores.postgres.coordination import Coordination
 from soloist.stores.postgres.queries import Queries
 from soloist.stores.postgres.url import parse_url
 
@@ -49,6 +52,7 @@ class PostgresStore:
         self.schema = self.target.schema
         self._clock = clock
         self._sql = Queries(self.schema)
+        self._coord = Coordination(self.schema)
         self._conns = Connections(self.target)
 
     def __repr__(self) -> str:
@@ -91,12 +95,12 @@ class PostgresStore:
 
     # -- waking -----------------------------------------------------------------------------
     async def listen(self) -> None:
-        """Start listening for wake-ups now (``wait_for_work`` does it on first use).
-        Wake-ups sent from then on are kept until the next ``wait_for_work``."""
+        """Start listening for wake-ups now (``work_wait`` does it on first use).
+        Wake-ups sent from then on are kept until the next ``work_wait``."""
         with self._conns.translated():
             await self._conns.listener()
 
-    async def wait_for_work(self, timeout: float) -> bool:
+    async def work_wait(self, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds for a wake-up: True when one arrived (during this
         call, or since the previous call), False when the time ran out.
 
@@ -134,6 +138,14 @@ class PostgresStore:
         if row is None:
             raise StoreError(f"occurrence {item.dedupe_key!r} was neither inserted nor found")
         return codec.occurrence(row), False
+
+    async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
+        if not items:
+            return 0
+        params: dict[str, Any] = codec.items_params(items)
+        params.update(now=self._at(None), channel=self.target.channel)
+        row = await self._row(self._sql.insert_many, params)
+        return int(row[0]) if row is not None else 0
 
     async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
         row = await self._row(self._sql.cursor_get, {"job": job, "scope": scope})
@@ -289,3 +301,48 @@ class PostgresStore:
     async def job_set_paused(self, name: str, paused: bool) -> bool:
         params = {"name": name, "paused": paused}
         return await self._row(self._sql.job_set_paused, params) is not None
+
+    # -- leader election ----------------------------------------------------------------------
+    async def leader_attempt_elect(
+        self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
+    ) -> LeaderLease | None:
+        params = {"name": name, "instance": instance_id, "ttl": positive_ttl(ttl)}
+        row = await self._row(self._coord.leader_elect, {**params, "now": self._at(now)})
+        return codec.leader_lease(row) if row is not None else None
+
+    async def leader_renew(
+        self,
+        name: str,
+        instance_id: str,
+        epoch: int,
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> LeaderLease | None:
+        params = {"name": name, "instance": instance_id, "epoch": epoch, "ttl": positive_ttl(ttl)}
+        row = await self._row(self._coord.leader_renew, {**params, "now": self._at(now)})
+        return codec.leader_lease(row) if row is not None else None
+
+    async def leader_resign(
+        self, name: str, instance_id: str, epoch: int, now: datetime | None = None
+    ) -> bool:
+        params = {"name": name, "instance": instance_id, "epoch": epoch, "now": self._at(now)}
+        return await self._row(self._coord.leader_resign, params) is not None
+
+    async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
+        row = await self._row(self._coord.leader_get, {"name": name, "now": self._at(now)})
+        return codec.leader_lease(row) if row is not None else None
+
+    # -- instances --------------------------------------------------------------------------
+    async def instance_heartbeat(
+        self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
+    ) -> None:
+        params = codec.instance_params(info)
+        params.update(ttl=positive_ttl(ttl), now=self._at(now))
+        await self._rows(self._coord.instance_heartbeat, params)
+
+    async def instance_list(self, now: datetime | None = None) -> list[InstanceInfo]:
+        rows = await self._rows(self._coord.instance_list, {"now": self._at(now)})
+        return [codec.instance(row) for row in rows]
+
+    async def instance_remove(self, instance_id: str) -> None:
+        await self._rows(self._coord.instance_remove, {"instance": instance_id})

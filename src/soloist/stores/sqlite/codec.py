@@ -11,9 +11,18 @@ import sqlite3
 from datetime import datetime
 
 from soloist.clock import from_epoch_us, to_epoch_us
-from soloist.models import Attempt, JobRecord, Kind, NewOccurrence, Occurrence, Overlap, State
-from soloist.payload import validate_payload
-from soloist.stores._values import aware_utc
+from soloist.models import (
+    Attempt,
+    InstanceInfo,
+    JobRecord,
+    Kind,
+    LeaderLease,
+    NewOccurrence,
+    Occurrence,
+    Overlap,
+    State,
+)
+from soloist.stores._values import aware_utc, object_json, payload_json
 
 
 def us(moment: datetime, what: str) -> int:
@@ -27,7 +36,7 @@ def opt_time(value: int | None) -> datetime | None:
 
 def dump_object(value: object, what: str) -> str:
     """A JSON object as text, or PayloadError naming what is wrong with it."""
-    return json.dumps(validate_payload(value, what=what), allow_nan=False)
+    return object_json(value, what)
 
 
 def insert_params(occurrence_id: str, item: NewOccurrence, created_at: int) -> tuple[object, ...]:
@@ -44,7 +53,7 @@ def insert_params(occurrence_id: str, item: NewOccurrence, created_at: int) -> t
         State.SCHEDULED.value,
         item.max_attempts,
         Overlap(item.overlap).value,
-        dump_object(item.payload, f"payload of {item.dedupe_key!r}"),
+        payload_json(item),
         created_at,
     )
 
@@ -122,4 +131,39 @@ def job(row: sqlite3.Row) -> JobRecord:
         payload=json.loads(row["payload"]),
         metadata=json.loads(row["metadata"]),
         created_at=from_epoch_us(row["created_at"]),
+    )
+
+
+def leader_lease(row: sqlite3.Row) -> LeaderLease:
+    return LeaderLease(
+        name=row["name"],
+        leader_id=row["leader_id"],
+        epoch=row["epoch"],
+        elected_at=from_epoch_us(row["elected_at"]),
+        expires_at=from_epoch_us(row["expires_at"]),
+    )
+
+
+def instance_params(info: InstanceInfo) -> tuple[object, ...]:
+    """Parameters of ``coordination.instance_heartbeat`` but the times of the heartbeat."""
+    return (
+        info.instance_id,
+        info.mode,
+        info.hostname,
+        int(info.pid),
+        us(info.started_at, "started_at"),
+        dump_object(info.metadata, f"metadata of instance {info.instance_id!r}"),
+    )
+
+
+def instance(row: sqlite3.Row) -> InstanceInfo:
+    return InstanceInfo(
+        instance_id=row["instance_id"],
+        mode=row["mode"],
+        hostname=row["hostname"],
+        pid=row["pid"],
+        started_at=from_epoch_us(row["started_at"]),
+        last_seen=from_epoch_us(row["last_seen"]),
+        expires_at=from_epoch_us(row["expires_at"]),
+        metadata=json.loads(row["metadata"]),
     )

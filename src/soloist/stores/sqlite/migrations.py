@@ -95,6 +95,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # 3: leader leases (one row per election, kept when it lapses: epochs never repeat)
+        # and the heartbeats of live instances.
+        """
+        CREATE TABLE leader_leases (
+            name       TEXT PRIMARY KEY,
+            leader_id  TEXT NOT NULL,
+            epoch      INTEGER NOT NULL,
+            elected_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE instances (
+            instance_id TEXT PRIMARY KEY,
+            mode        TEXT NOT NULL,
+            hostname    TEXT NOT NULL,
+            pid         INTEGER NOT NULL,
+            started_at  INTEGER NOT NULL,
+            last_seen   INTEGER NOT NULL,
+            expires_at  INTEGER NOT NULL,
+            metadata    TEXT NOT NULL DEFAULT '{}'
+        )
+        """,
+        "CREATE INDEX instances_expiry ON instances (expires_at)",
+    ),
 )
 
 _VERSION_TABLE = """

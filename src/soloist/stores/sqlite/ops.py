@@ -152,6 +152,15 @@ def occurrence_insert(
     return stored, created
 
 
+def occurrence_insert_many(conn: sqlite3.Connection, items: Sequence[tuple[object, ...]]) -> int:
+    """Insert ``items`` (existing keys ignored) in one transaction; return how many were
+    created. A conflict changes nothing, so the connection's change count tells."""
+    with transaction(conn):
+        before = conn.total_changes
+        conn.executemany(INSERT_OCCURRENCE, items)
+        return conn.total_changes - before
+
+
 def plan_cursor_get(conn: sqlite3.Connection, job: str, scope: str) -> PlanCursor | None:
     row = conn.execute(
         "SELECT last_plan_time, planned_count FROM plan_cursors WHERE job = ? AND scope = ?",

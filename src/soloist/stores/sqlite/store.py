@@ -16,15 +16,17 @@ from soloist.errors import ConfigError, DuplicateJobError, StoreError, StoreUnav
 from soloist.models import (
     Attempt,
     Claimed,
+    InstanceInfo,
     JobRecord,
+    LeaderLease,
     NewOccurrence,
     Occurrence,
     Outcome,
     PlanCursor,
     State,
 )
-from soloist.stores._values import result_json
-from soloist.stores.sqlite import codec, migrations, ops
+from soloist.stores._values import new_ids, positive_ttl, result_json
+from soloist.stores.sqlite import codec, coordination, migrations, ops
 
 __all__ = ["SQLiteStore", "sqlite_path"]
 
@@ -149,6 +151,19 @@ class SQLiteStore:
     async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
         params = self._new_row(item, self._now_us(None))
         return await self._run(lambda c: ops.occurrence_insert(c, params, item.dedupe_key))
+
+    async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
+        if not items:
+            return 0
+        created = self._now_us(None)
+        ids = new_ids(len(items))
+        rows = [codec.insert_params(i, item, created) for i, item in zip(ids, items, strict=True)]
+        return await self._run(lambda c: ops.occurrence_insert_many(c, rows))
+
+    async def work_wait(self, timeout: float) -> bool:
+        """SQLite cannot notify: wait ``timeout`` on the store's clock, return False."""
+        await self._clock.sleep(timeout)
+        return False
 
     async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
         return await self._run(lambda c: ops.plan_cursor_get(c, job, scope))
@@ -296,3 +311,57 @@ class SQLiteStore:
 
     async def job_set_paused(self, name: str, paused: bool) -> bool:
         return await self._run(lambda c: ops.job_set_paused(c, name, paused))
+
+    # -- leader election ----------------------------------------------------------------------
+    async def leader_attempt_elect(
+        self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
+    ) -> LeaderLease | None:
+        ttl_us, at = _us(ttl), self._now_us(now)
+        return await self._run(
+            lambda c: coordination.leader_attempt_elect(c, name, instance_id, ttl_us, at)
+        )
+
+    async def leader_renew(
+        self,
+        name: str,
+        instance_id: str,
+        epoch: int,
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> LeaderLease | None:
+        ttl_us, at = _us(ttl), self._now_us(now)
+        return await self._run(
+            lambda c: coordination.leader_renew(c, name, instance_id, epoch, ttl_us, at)
+        )
+
+    async def leader_resign(
+        self, name: str, instance_id: str, epoch: int, now: datetime | None = None
+    ) -> bool:
+        at = self._now_us(now)
+        return await self._run(
+            lambda c: coordination.leader_resign(c, name, instance_id, epoch, at)
+        )
+
+    async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
+        at = self._now_us(now)
+        return await self._run(lambda c: coordination.leader_get(c, name, at))
+
+    # -- instances --------------------------------------------------------------------------
+    async def instance_heartbeat(
+        self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
+    ) -> None:
+        ttl_us, at = _us(ttl), self._now_us(now)
+        params = codec.instance_params(info)
+        await self._run(lambda c: coordination.instance_heartbeat(c, params, ttl_us, at))
+
+    async def instance_list(self, now: datetime | None = None) -> list[InstanceInfo]:
+        at = self._now_us(now)
+        return await self._run(lambda c: coordination.instance_list(c, at))
+
+    async def instance_remove(self, instance_id: str) -> None:
+        await self._run(lambda c: coordination.instance_remove(c, instance_id))
+
+
+def _us(ttl: timedelta) -> int:
+    """A positive time to live in microseconds."""
+    return positive_ttl(ttl) // timedelta(microseconds=1)

@@ -35,7 +35,9 @@ from soloist.testing.conformance.base import (
     claim,
     new_occurrence,
 )
-from soloist.testing.conformance.claims import ClaimConformance
+from soloist.testing.conformance.claims import ClaimConformance, work_wait
+from soloist.testing.conformance.election import ElectionConformance
+from soloist.testing.conformance.instances import InstanceConformance, instance_info
 from soloist.testing.conformance.jobs import JobConformance
 from soloist.testing.conformance.leases import LeaseConformance
 from soloist.testing.conformance.occurrences import OccurrenceConformance
@@ -47,7 +49,9 @@ __all__ = [
     "StoreFactory",
     "at",
     "claim",
+    "instance_info",
     "new_occurrence",
+    "work_wait",
 ]
 
 
@@ -57,6 +61,8 @@ class StoreConformance(
     LeaseConformance,
     AttemptConformance,
     JobConformance,
+    ElectionConformance,
+    InstanceConformance,
     ConformanceBase,
 ):
     """Every conformance test. Subclass as ``Test<Name>Store`` and define ``make_store``."""

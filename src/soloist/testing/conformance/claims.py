@@ -6,6 +6,8 @@ import asyncio
 from collections import Counter
 from datetime import timedelta
 
+import pytest
+
 from soloist.models import ErrorCode, Outcome, Overlap, State
 from soloist.stores.base import Store
 from soloist.testing.clock import FakeClock
@@ -207,3 +209,44 @@ class ClaimConformance:
         )
         (free,) = await insert(store, new_occurrence("free", job="idle", due_at=at(-1)))
         assert [o.id for o in await claim(store, limit=1, now=at(1))] == [free.id]
+
+    # -- waiting for work -------------------------------------------------------------------
+    async def test_work_wait_returns_false_after_its_timeout(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """With no activity, work_wait returns False once its timeout has passed (a first
+        call may return True at once: a store that notifies cannot know what it missed)."""
+        await work_wait(store, clock, 0.05)
+        assert await work_wait(store, clock, 0.05) is False
+        assert await work_wait(store, clock, 0.05) is False
+
+    async def test_work_wait_waits_and_can_be_cancelled(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """work_wait does not return before its timeout; cancelling it is safe."""
+        await work_wait(store, clock, 0.05)
+        waiter = asyncio.create_task(store.work_wait(60))
+        done, _ = await asyncio.wait({waiter}, timeout=0.2)
+        assert not done, "work_wait(60) returned with no activity and no time passed"
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await work_wait(store, clock, 0.05)
+        assert await work_wait(store, clock, 0.05) is False
+        (occ,) = await insert(store, new_occurrence("k"))
+        assert [o.id for o in await claim(store, now=T0)] == [occ.id]
+
+
+async def work_wait(store: Store, clock: FakeClock, timeout: float) -> bool:
+    """``store.work_wait(timeout)``, moving the fake clock on until it returns (a store
+    waiting on real time returns by itself); AssertionError after 5 real seconds."""
+    waiter = asyncio.create_task(store.work_wait(timeout))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while not waiter.done():
+        if loop.time() > deadline:
+            waiter.cancel()
+            raise AssertionError(f"work_wait({timeout}) did not return within 5 s")
+        clock.advance(timeout)
+        await asyncio.wait({waiter}, timeout=0.01)
+    return waiter.result()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -132,6 +133,101 @@ class OccurrenceConformance:
         )
         assert sum(created for _, created in results) == 1
         assert len({occ.id for occ, _ in results}) == 1
+
+    # -- insert many -------------------------------------------------------------------------
+    async def test_insert_many_creates_all(self, store: Store) -> None:
+        """insert_many stores every item, scheduled with its own id, and counts them."""
+        items = [new_occurrence(f"k{n}", due_at=at(n)) for n in range(5)]
+        assert await store.occurrence_insert_many(items) == 5
+        stored = await store.occurrence_list()
+        assert sorted(o.dedupe_key for o in stored) == [f"k{n}" for n in range(5)]
+        assert {(o.state, o.attempt, o.fencing_token) for o in stored} == {(State.SCHEDULED, 0, 0)}
+        assert len({o.id for o in stored}) == 5
+
+    async def test_insert_many_ignores_existing_keys(self, store: Store) -> None:
+        """Existing keys and a key repeated in the batch are neither counted nor changed."""
+        (existing,) = await insert(store, new_occurrence("old", payload={"v": 1}))
+        items = [
+            new_occurrence("old", payload={"v": 2}),
+            new_occurrence("new"),
+            new_occurrence("twice", payload={"n": 1}),
+            new_occurrence("twice", payload={"n": 2}),
+        ]
+        assert await store.occurrence_insert_many(items) == 2
+        assert await store.occurrence_get(existing.id) == existing
+        keys = sorted(o.dedupe_key for o in await store.occurrence_list())
+        assert keys == ["new", "old", "twice"]
+        assert await store.occurrence_insert_many(items) == 0
+
+    async def test_insert_many_rows_equal_single_inserts(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """A row written by insert_many reads back exactly as occurrence_insert stores one."""
+        clock.advance(5)
+        fields: dict[str, Any] = {
+            "job": "report",
+            "task": "send_report",
+            "scope": "tenant-7",
+            "plan_time": datetime(
+                2026, 3, 29, 3, 30, 0, 123456, tzinfo=timezone(timedelta(hours=2))
+            ),
+            "due_at": datetime(2026, 3, 29, 1, 30, 1, 999999, tzinfo=timezone.utc),
+            "kind": Kind.TASK,
+            "max_attempts": 4,
+            "overlap": Overlap.QUEUE,
+            "payload": {"to": "a@b.c", "t": (1, 2), "big": 1e20, "s": "héllo ✓"},
+        }
+        single, _ = await store.occurrence_insert(new_occurrence("single", **fields))
+        assert await store.occurrence_insert_many([new_occurrence("bulk", **fields)]) == 1
+        (bulk,) = [o for o in await store.occurrence_list() if o.dedupe_key == "bulk"]
+        assert bulk.id != single.id
+        assert replace(bulk, id=single.id, dedupe_key="single") == single
+        assert await store.occurrence_get(bulk.id) == bulk
+        assert bulk.created_at == at(5) and bulk.payload["t"] == [1, 2]
+        assert bulk.plan_time.utcoffset() == timedelta(0)
+
+    async def test_insert_many_of_nothing_is_zero(self, store: Store) -> None:
+        """An empty batch creates nothing and returns 0."""
+        assert await store.occurrence_insert_many([]) == 0
+        assert await store.occurrence_list() == []
+
+    async def test_insert_many_rejects_the_whole_batch_on_bad_input(self, store: Store) -> None:
+        """One item with a non-JSON payload or a naive time fails the batch: nothing stored."""
+        good = new_occurrence("good")
+        with pytest.raises(PayloadError, match="bad"):
+            await store.occurrence_insert_many(
+                [good, new_occurrence("bad", payload={"x": object()})]
+            )
+        with pytest.raises(ValueError, match="aware"):
+            naive = new_occurrence("naive", due_at=datetime(2026, 1, 1))
+            await store.occurrence_insert_many([good, naive])
+        assert await store.occurrence_list() == []
+
+    async def test_insert_many_large_batch_is_stored_whole(self, store: Store) -> None:
+        """A batch of 2,000 is stored whole, and its rows are claimed like any other."""
+        items = [new_occurrence(f"k{n:04}", due_at=at(n)) for n in range(2000)]
+        assert await store.occurrence_insert_many(items) == 2000
+        assert await store.occurrence_insert_many(items[::3]) == 0
+        assert len(await store.occurrence_list(limit=5000)) == 2000
+        claimed = await claim(store, limit=10, now=at(1))
+        assert [o.dedupe_key for o in claimed] == ["k0000", "k0001"]
+
+    async def test_racing_insert_many_create_each_key_once(
+        self, store: Store, store2: Store
+    ) -> None:
+        """Overlapping batches from two handles at once: each key created once, counts add up."""
+        batches = [
+            [new_occurrence(f"k{n:03}") for n in range(start, start + 300)]
+            for start in (0, 100, 200, 50)
+        ]
+        results = await asyncio.gather(
+            *(
+                (store, store2)[i % 2].occurrence_insert_many(batch[:: 1 if i % 2 else -1])
+                for i, batch in enumerate(batches)
+            )
+        )
+        assert sum(results) == 500
+        assert len(await store.occurrence_list(limit=1000)) == 500
 
     async def test_get_unknown_id_is_none(self, store: Store) -> None:
         """occurrence_get of an unknown id returns None."""

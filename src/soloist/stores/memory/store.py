@@ -1,33 +1,25 @@
-"""``memory://``: the whole store in plain dicts, for tests and single-process use.
-
-Each method does all its work under one ``threading.Lock`` with no ``await`` in between, so
-every method is atomic even when sync code drives the store through ``asyncio.run`` in
-another thread. Values cross the boundary as copies: payloads and results are JSON
-round-tripped on the way in (exactly what a durable store would give back) and deep-copied
-on the way out, so a caller mutating a returned dict cannot change the store.
-"""
+"""The memory store: every method one critical section under one lock."""
 
 from __future__ import annotations
 
 import copy
 import itertools
-import json
 import threading
-import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from soloist.clock import Clock, SystemClock
-from soloist.errors import ConfigError, DuplicateJobError
+from soloist.errors import DuplicateJobError
 from soloist.models import (
     CLAIMABLE_STATES,
     RELEASED,
     Attempt,
     Claimed,
     ErrorCode,
+    InstanceInfo,
     JobRecord,
+    LeaderLease,
     NewOccurrence,
     Occurrence,
     Outcome,
@@ -36,11 +28,11 @@ from soloist.models import (
     State,
 )
 from soloist.payload import validate_payload
-from soloist.stores._values import aware_utc, result_json
+from soloist.stores._values import aware_utc, positive_ttl
+from soloist.stores.memory import rows
+from soloist.stores.memory.coordination import Elections, Instances
 
 __all__ = ["MemoryStore"]
-
-_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
 
 
 @dataclass(frozen=True)
@@ -64,6 +56,8 @@ class MemoryStore:
         self._cursors: dict[tuple[str, str], PlanCursor] = {}
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, list[Attempt]] = {}
+        self._elections = Elections()
+        self._instances = Instances()
 
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
@@ -80,13 +74,29 @@ class MemoryStore:
 
     # -- occurrences ------------------------------------------------------------------------
     async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
-        new = _new_occurrence(item, self._clock.now())
+        new = rows.new_occurrence(item, self._clock.now())
         with self._lock:
             existing = self._by_key.get(item.dedupe_key)
             if existing is not None:
-                return _out(self._rows[existing].occ), False
+                return rows.out(self._rows[existing].occ), False
             self._add(new)
-            return _out(new), True
+            return rows.out(new), True
+
+    async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
+        created = self._clock.now()
+        news = [rows.new_occurrence(item, created) for item in items]
+        count = 0
+        with self._lock:
+            for new in news:
+                if new.dedupe_key not in self._by_key:
+                    self._add(new)
+                    count += 1
+        return count
+
+    async def work_wait(self, timeout: float) -> bool:
+        """Nothing notifies in one process's dicts: wait ``timeout`` on the store's clock."""
+        await self._clock.sleep(timeout)
+        return False
 
     def _add(self, occ: Occurrence) -> None:
         self._rows[occ.id] = _Row(next(self._seq), occ)
@@ -111,7 +121,7 @@ class MemoryStore:
         created = self._clock.now()
         expected = aware_utc(expected_last, "expected_last") if expected_last is not None else None
         new_last = aware_utc(new_last, "new_last")
-        news = [_new_occurrence(item, created) for item in items]
+        news = [rows.new_occurrence(item, created) for item in items]
         with self._lock:
             cursor = self._cursors.get((job, scope))
             # Cursors only ever hold a plan time, so "no cursor" and "expected None" agree.
@@ -146,7 +156,7 @@ class MemoryStore:
                 ),
                 key=lambda row: (row.occ.due_at, row.occ.plan_time, row.seq),
             )
-            busy = {(r.occ.job, r.occ.scope) for r in self._rows.values() if _running(r.occ)}
+            busy = {(r.occ.job, r.occ.scope) for r in self._rows.values() if rows.running(r.occ)}
             for row in candidates:
                 if len(claimed) >= limit:
                     break
@@ -154,7 +164,7 @@ class MemoryStore:
                 key = (occ.job, occ.scope)
                 if occ.overlap != Overlap.ALLOW and key in busy:
                     if occ.overlap == Overlap.SKIP:
-                        self._set(_skipped(occ, now))
+                        self._set(rows.skipped(occ, now))
                     continue
                 busy.add(key)
                 taken = replace(
@@ -171,13 +181,13 @@ class MemoryStore:
                     result=None,
                 )
                 self._set(taken)
-                claimed.append(_out(taken))
+                claimed.append(rows.out(taken))
         return claimed
 
     def _held(self, instance_id: str, claim: Claimed) -> Occurrence | None:
         """The row of ``claim`` if this runner still holds its lease (the fence)."""
         row = self._rows.get(claim.id)
-        if row is None or not _running(row.occ):
+        if row is None or not rows.running(row.occ):
             return None
         occ = row.occ
         if occ.instance_id != instance_id or occ.fencing_token != claim.fencing_token:
@@ -205,7 +215,7 @@ class MemoryStore:
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
     ) -> set[str]:
         now = self._now(now)
-        checked = [(o, _result(o.result), _retry_at(o, now)) for o in outcomes]
+        checked = [(o, rows.result(o.result), rows.retry_at(o, now)) for o in outcomes]
         applied: set[str] = set()
         with self._lock:
             for outcome, result, retry_at in checked:
@@ -261,7 +271,7 @@ class MemoryStore:
             expired = [
                 row
                 for row in self._rows.values()
-                if _running(row.occ)
+                if rows.running(row.occ)
                 and row.occ.lease_expires_at is not None
                 and row.occ.lease_expires_at <= now
             ]
@@ -279,7 +289,7 @@ class MemoryStore:
                 )
                 self._log(occ, now, updated.state.value, updated.error_code, updated.error_message)
                 self._set(updated)
-                reaped.append(_out(updated))
+                reaped.append(rows.out(updated))
         return reaped
 
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
@@ -319,7 +329,7 @@ class MemoryStore:
     async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
         with self._lock:
             row = self._rows.get(occurrence_id)
-            return _out(row.occ) if row is not None else None
+            return rows.out(row.occ) if row is not None else None
 
     async def occurrence_list(
         self,
@@ -331,18 +341,18 @@ class MemoryStore:
         if limit <= 0:
             return []
         with self._lock:
-            rows = [
+            found = [
                 row
                 for row in self._rows.values()
                 if (job is None or row.occ.job == job) and (state is None or row.occ.state == state)
             ]
-            rows.sort(key=lambda r: (r.occ.plan_time, r.occ.created_at, r.seq), reverse=True)
-            return [_out(row.occ) for row in rows[:limit]]
+            found.sort(key=lambda r: (r.occ.plan_time, r.occ.created_at, r.seq), reverse=True)
+            return [rows.out(row.occ) for row in found[:limit]]
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:
         now = self._clock.now()
-        checked = [_job(record, now) for record in records]
+        checked = [rows.job(record, now) for record in records]
         with self._lock:
             for record in checked:
                 old = self._jobs.get(record.name)
@@ -353,7 +363,7 @@ class MemoryStore:
                 self._jobs[record.name] = record
 
     async def job_add(self, record: JobRecord) -> None:
-        checked = _job(record, self._clock.now())
+        checked = rows.job(record, self._clock.now())
         with self._lock:
             if checked.name in self._jobs:
                 raise DuplicateJobError(f"a job named {checked.name!r} already exists")
@@ -382,72 +392,57 @@ class MemoryStore:
             self._jobs[name] = replace(record, paused=paused)
             return True
 
+    # -- leader election ----------------------------------------------------------------------
+    async def leader_attempt_elect(
+        self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
+    ) -> LeaderLease | None:
+        ttl, now = positive_ttl(ttl), self._now(now)
+        with self._lock:
+            return self._elections.attempt_elect(name, instance_id, ttl, now)
 
-# -- helpers shared by the methods above ---------------------------------------------------
-def _running(occ: Occurrence) -> bool:
-    return occ.state == State.RUNNING
+    async def leader_renew(
+        self,
+        name: str,
+        instance_id: str,
+        epoch: int,
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> LeaderLease | None:
+        ttl, now = positive_ttl(ttl), self._now(now)
+        with self._lock:
+            return self._elections.renew(name, instance_id, epoch, ttl, now)
 
+    async def leader_resign(
+        self, name: str, instance_id: str, epoch: int, now: datetime | None = None
+    ) -> bool:
+        now = self._now(now)
+        with self._lock:
+            return self._elections.resign(name, instance_id, epoch, now)
 
-def _out(occ: Occurrence) -> Occurrence:
-    return replace(occ, payload=copy.deepcopy(occ.payload), result=copy.deepcopy(occ.result))
+    async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
+        now = self._now(now)
+        with self._lock:
+            return self._elections.get(name, now)
 
-
-def _new_occurrence(item: NewOccurrence, now: datetime) -> Occurrence:
-    return Occurrence(
-        id=uuid.uuid4().hex,
-        dedupe_key=item.dedupe_key,
-        job=item.job,
-        task=item.task,
-        scope=item.scope,
-        plan_time=aware_utc(item.plan_time, "plan_time"),
-        due_at=aware_utc(item.due_at, "due_at"),
-        kind=item.kind,
-        state=State.SCHEDULED,
-        attempt=0,
-        max_attempts=item.max_attempts,
-        overlap=item.overlap,
-        payload=validate_payload(item.payload),
-        instance_id=None,
-        lease_expires_at=None,
-        fencing_token=0,
-        created_at=now,
-        started_at=None,
-        finished_at=None,
-        error_code=None,
-        error_message=None,
-    )
-
-
-def _skipped(occ: Occurrence, now: datetime) -> Occurrence:
-    return replace(
-        occ,
-        state=State.SKIPPED,
-        finished_at=now,
-        error_code=ErrorCode.OVERLAP.value,
-        error_message="skipped: a previous occurrence of this job and scope was running",
-    )
-
-
-def _result(value: Any) -> Any:
-    """``value`` JSON round-tripped, or PayloadError: results are stored as JSON."""
-    text = result_json(value)
-    return None if text is None else json.loads(text)
-
-
-def _retry_at(outcome: Outcome, now: datetime) -> datetime:
-    if outcome.state not in _OUTCOME_STATES:
-        raise ConfigError(
-            f"invalid outcome state {outcome.state!r} for {outcome.id}: "
-            "expected succeeded, failed or dead"
+    # -- instances --------------------------------------------------------------------------
+    async def instance_heartbeat(
+        self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
+    ) -> None:
+        ttl, now = positive_ttl(ttl), self._now(now)
+        what = f"metadata of instance {info.instance_id!r}"
+        checked = replace(
+            info,
+            started_at=aware_utc(info.started_at, "started_at"),
+            metadata=validate_payload(info.metadata, what=what),
         )
-    return aware_utc(outcome.retry_at, "retry_at") if outcome.retry_at is not None else now
+        with self._lock:
+            self._instances.heartbeat(checked, ttl, now)
 
+    async def instance_list(self, now: datetime | None = None) -> list[InstanceInfo]:
+        now = self._now(now)
+        with self._lock:
+            return self._instances.live(now)
 
-def _job(record: JobRecord, now: datetime) -> JobRecord:
-    return replace(
-        record,
-        schedule=validate_payload(record.schedule, what=f"schedule of job {record.name!r}"),
-        payload=validate_payload(record.payload, what=f"payload of job {record.name!r}"),
-        metadata=validate_payload(record.metadata, what=f"metadata of job {record.name!r}"),
-        created_at=aware_utc(record.created_at, "created_at") if record.created_at else now,
-    )
+    async def instance_remove(self, instance_id: str) -> None:
+        with self._lock:
+            self._instances.remove(instance_id)

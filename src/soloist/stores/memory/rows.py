@@ -1,0 +1,88 @@
+"""The memory store's values: occurrences and jobs as it keeps them, copies handed out."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from soloist.errors import ConfigError
+from soloist.models import ErrorCode, JobRecord, NewOccurrence, Occurrence, Outcome, State
+from soloist.payload import validate_payload
+from soloist.stores._values import aware_utc, result_json
+
+_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
+
+
+def running(occ: Occurrence) -> bool:
+    return occ.state == State.RUNNING
+
+
+def out(occ: Occurrence) -> Occurrence:
+    """A copy safe to hand out: the caller may mutate its payload and result."""
+    return replace(occ, payload=copy.deepcopy(occ.payload), result=copy.deepcopy(occ.result))
+
+
+def new_occurrence(item: NewOccurrence, now: datetime) -> Occurrence:
+    """The stored form of ``item``: validated, scheduled, a new id, created at ``now``."""
+    return Occurrence(
+        id=uuid.uuid4().hex,
+        dedupe_key=item.dedupe_key,
+        job=item.job,
+        task=item.task,
+        scope=item.scope,
+        plan_time=aware_utc(item.plan_time, "plan_time"),
+        due_at=aware_utc(item.due_at, "due_at"),
+        kind=item.kind,
+        state=State.SCHEDULED,
+        attempt=0,
+        max_attempts=item.max_attempts,
+        overlap=item.overlap,
+        payload=validate_payload(item.payload, what=f"payload of {item.dedupe_key!r}"),
+        instance_id=None,
+        lease_expires_at=None,
+        fencing_token=0,
+        created_at=now,
+        started_at=None,
+        finished_at=None,
+        error_code=None,
+        error_message=None,
+    )
+
+
+def skipped(occ: Occurrence, now: datetime) -> Occurrence:
+    return replace(
+        occ,
+        state=State.SKIPPED,
+        finished_at=now,
+        error_code=ErrorCode.OVERLAP.value,
+        error_message="skipped: a previous occurrence of this job and scope was running",
+    )
+
+
+def result(value: Any) -> Any:
+    """``value`` JSON round-tripped, or PayloadError: results are stored as JSON."""
+    text = result_json(value)
+    return None if text is None else json.loads(text)
+
+
+def retry_at(outcome: Outcome, now: datetime) -> datetime:
+    if outcome.state not in _OUTCOME_STATES:
+        raise ConfigError(
+            f"invalid outcome state {outcome.state!r} for {outcome.id}: "
+            "expected succeeded, failed or dead"
+        )
+    return aware_utc(outcome.retry_at, "retry_at") if outcome.retry_at is not None else now
+
+
+def job(record: JobRecord, now: datetime) -> JobRecord:
+    return replace(
+        record,
+        schedule=validate_payload(record.schedule, what=f"schedule of job {record.name!r}"),
+        payload=validate_payload(record.payload, what=f"payload of job {record.name!r}"),
+        metadata=validate_payload(record.metadata, what=f"metadata of job {record.name!r}"),
+        created_at=aware_utc(record.created_at, "created_at") if record.created_at else now,
+    )
