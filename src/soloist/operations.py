@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -90,6 +90,45 @@ class Operations:
         )
         self._wake()
         return occ
+
+    async def enqueue_many(
+        self,
+        task: str | Callable[..., Any],
+        payloads: Iterable[dict[str, Any]],
+        *,
+        delay: object = None,
+    ) -> int:
+        """Queue one run of ``task`` per payload in one store call; returns how many were
+        queued. Every payload is checked first: one bad payload queues nothing."""
+        spec = self._task(task)
+        items = []
+        for index, payload in enumerate(payloads):
+            data = validate_payload(payload, what=f"payload #{index}")
+            _check_binds(spec, data)
+            items.append(data)
+        store = await self._store()
+        due = await store.now()
+        if delay is not None:
+            due += parse_duration(delay, what="delay", allow_zero=True)
+        created = await store.occurrence_insert_many(
+            [
+                NewOccurrence(
+                    dedupe_key=f"t:{uuid.uuid4().hex}",
+                    job=spec.name,
+                    task=spec.name,
+                    scope="",
+                    plan_time=due,
+                    due_at=due,
+                    kind=Kind.TASK,
+                    max_attempts=spec.retry.max_attempts,
+                    overlap=Overlap.ALLOW,
+                    payload=data,
+                )
+                for data in items
+            ]
+        )
+        self._wake()
+        return created
 
     async def trigger(self, job: str) -> Occurrence:
         """Run ``job`` once now, outside its schedule (it still respects overlap, except

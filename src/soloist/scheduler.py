@@ -11,7 +11,7 @@ import asyncio
 import logging
 import signal
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar, overload
 
 from soloist import logs
@@ -193,6 +193,28 @@ class Scheduler:
     ) -> str:
         """Sync twin of :meth:`aenqueue` (e.g. from a Django view)."""
         return self._call(self.aenqueue(task, delay=delay, at=at, key=key, **payload))
+
+    async def aenqueue_many(
+        self,
+        task: str | Callable[..., Any],
+        payloads: Iterable[dict[str, Any]],
+        /,
+        *,
+        delay: object = None,
+    ) -> int:
+        """Queue ``task`` once per payload, in one store call; returns how many."""
+        return await self.ops.enqueue_many(task, payloads, delay=delay)
+
+    def enqueue_many(
+        self,
+        task: str | Callable[..., Any],
+        payloads: Iterable[dict[str, Any]],
+        /,
+        *,
+        delay: object = None,
+    ) -> int:
+        """Sync twin of :meth:`aenqueue_many`."""
+        return self._call(self.aenqueue_many(task, payloads, delay=delay))
 
     async def atrigger(self, job: str) -> str:
         return (await self.ops.trigger(job)).id

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from soloist import Scheduler, every
+from soloist import PayloadError, Scheduler, every
 from soloist.models import State
 from soloist.runtime import Runtime
 from soloist.stores.memory import MemoryStore
@@ -332,3 +332,42 @@ async def test_handler_raising_base_exception_is_a_panic(
     occ = await store.occurrence_get(occ_id)
     assert occ is not None and (occ.state, occ.error_code) == (State.DEAD, "handler_panic")
     assert "SystemExit" in (occ.error_message or "")
+
+
+async def test_enqueue_many_queues_each_payload_or_none(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """enqueue_many queues one occurrence per payload; one bad payload queues nothing."""
+    app = make_app(clock, store, "a")
+
+    @app.task
+    def mail(ctx, to: str) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    assert await app.aenqueue_many(mail, [{"to": f"u{i}"} for i in range(50)]) == 50
+    rows = await store.occurrence_list(job="mail", limit=100)
+    assert sorted(o.payload["to"] for o in rows) == sorted(f"u{i}" for i in range(50))
+    with pytest.raises(PayloadError, match="'cc'"):
+        await app.aenqueue_many(mail, [{"to": "x"}, {"to": "y", "cc": "z"}])
+    assert len(await store.occurrence_list(job="mail", limit=100)) == 50
+
+
+async def test_local_mode_runs_every_job_in_every_instance(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """mode='local': each instance plans and claims its own occurrence of every instant."""
+    runtimes = []
+    for iid in ("a", "b"):
+        app = make_app(clock, store, iid, mode="local")
+        app.job(every("1s"), name="tick", overlap="allow")(lambda ctx: None)
+        runtimes.append(await started(app))
+    for _ in range(2):
+        for runtime in runtimes:
+            await runtime.planner.tick()
+        clock.advance(1)
+    for runtime in runtimes:
+        await runtime.executor.tick()
+        await settle(runtime)
+    rows = await store.occurrence_list(job="tick", limit=100)
+    ran = sorted((o.plan_time.second, o.instance_id) for o in rows if o.state is State.SUCCEEDED)
+    assert ran == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
