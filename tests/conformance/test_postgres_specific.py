@@ -22,7 +22,7 @@ from psycopg import sql
 
 from soloist.clock import SystemClock
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
-from soloist.models import Claimed, Outcome, Overlap, State
+from soloist.models import Claimed, JobRecord, Outcome, Overlap, State
 from soloist.stores import open_store
 from soloist.stores.postgres import PostgresStore, parse_url
 from soloist.stores.postgres.migrations import MIGRATIONS
@@ -579,7 +579,14 @@ async def _reap(other: PostgresStore, held: Claimed | None) -> None:
 
 
 Cause = Callable[[PostgresStore, Claimed | None], Awaitable[None]]
+
+
+async def _add_schedule(other: PostgresStore) -> None:
+    await other.job_add(JobRecord(name="dyn", task="task", schedule={}, dynamic=True))
+
+
 CAUSES: dict[str, tuple[bool, Cause]] = {
+    "schedule_added": (False, lambda other, _: _add_schedule(other)),
     "insert": (False, lambda other, _: _insert_due(other)),
     "insert_many": (False, lambda other, _: _insert_many_due(other)),
     "plan_advance": (False, lambda other, _: _plan_due(other)),

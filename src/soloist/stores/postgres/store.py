@@ -287,6 +287,7 @@ class PostgresStore:
         params: dict[str, Any] = {**codec.jobs_params([record]), "now": self._at(None)}
         if await self._row(self._sql.job_add, params) is None:
             raise DuplicateJobError(f"a job named {record.name!r} already exists")
+        await self._schedules_changed()
 
     async def job_get(self, name: str) -> JobRecord | None:
         row = await self._row(self._sql.job_get, {"name": name})
@@ -300,7 +301,17 @@ class PostgresStore:
 
     async def job_set_paused(self, name: str, paused: bool) -> bool:
         params = {"name": name, "paused": paused}
-        return await self._row(self._sql.job_set_paused, params) is not None
+        found = await self._row(self._sql.job_set_paused, params) is not None
+        if found and not paused:
+            await self._schedules_changed()
+        return found
+
+    async def _schedules_changed(self) -> None:
+        """Wake listening instances: a new or resumed schedule may be due at once (their
+        planners would otherwise see it only at their next refresh)."""
+        await self._row(
+            "SELECT pg_notify(%(channel)s, 'schedule')", {"channel": self.target.channel}
+        )
 
     # -- leader election ----------------------------------------------------------------------
     async def leader_attempt_elect(
