@@ -20,8 +20,8 @@ demo: $(STAMP)
 	$(BIN)/soloist demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
 
 types: $(STAMP)
 	$(BIN)/mypy

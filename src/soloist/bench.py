@@ -46,10 +46,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from soloist.config import DEFAULT_ELECTION, DEFAULT_LEASE_TTL
 from soloist.context import JobContext
-from soloist.models import Kind, NewOccurrence, Occurrence, Overlap, State
+from soloist.models import Kind, LeaderLease, NewOccurrence, Occurrence, Overlap, State
 from soloist.payload import validate_payload
 from soloist.scheduler import Scheduler
+from soloist.schedules import every
 from soloist.stores import check_store_url, open_store
 from soloist.stores.base import Store
 
@@ -59,6 +61,7 @@ __all__ = ["BenchConfig", "bench_main", "default_store_url", "run_bench"]
 NOOP = "bench_noop"
 #: A PostgreSQL server to try when no store is given (the test suite's default).
 LOCAL_POSTGRES = "postgresql://127.0.0.1:5432/test"
+FAILOVER_JOB = "failover_tick"
 READY_TIMEOUT = 60.0
 DRAIN_TIMEOUT = 300.0
 
@@ -70,7 +73,7 @@ class BenchConfig:
     stores: list[str]
     tasks: int = 10_000
     runs: int = 3
-    concurrency: int = 500
+    concurrency: int = 1000
     processes: tuple[int, ...] = (1, 2)
     samples: int = 50
     spacing: float = 0.1
@@ -207,6 +210,13 @@ class Workers:
         await asyncio.sleep(0.3)  # let them reach their idle wait (LISTEN on PostgreSQL)
         return self
 
+    def wake(self) -> None:
+        """Tell in-process instances that work was inserted behind their back (worker
+        processes learn it from the store, or by polling)."""
+        for app in self.apps:
+            if app.runtime is not None:
+                app.runtime.wake()
+
     async def _ready(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT)
@@ -262,12 +272,13 @@ async def measure_drain(target: Target, config: BenchConfig, processes: int) -> 
     try:
         await store.migrate()
         memory = store if target.kind == "memory" else None
-        async with Workers(url, processes, config.concurrency, memory):
+        async with Workers(url, processes, config.concurrency, memory) as workers:
             now = await store.now()
             items = _items(config.tasks, lambda i: now)
             started = time.perf_counter()
             await store.occurrence_insert_many(items)
             inserted = time.perf_counter()
+            workers.wake()
             rows = await _finished(store, config.tasks, DRAIN_TIMEOUT)
             done = time.perf_counter()
         first = min(o.started_at for o in rows if o.started_at is not None)
@@ -322,8 +333,7 @@ async def measure_lateness(target: Target, config: BenchConfig) -> dict[str, Any
             first = now + timedelta(seconds=1)
             step = timedelta(seconds=config.spacing)
             await store.occurrence_insert_many(_items(config.samples, lambda i: first + i * step))
-            if memory is not None:
-                workers.apps[0].runtime.wake()  # type: ignore[union-attr]
+            workers.wake()
             wait = 1 + config.samples * config.spacing + 30
             timer = await _finished(store, config.samples, wait)
             # "Now" tasks from this process, one at a time, the worker idle in between.
@@ -343,13 +353,114 @@ async def measure_lateness(target: Target, config: BenchConfig) -> dict[str, Any
 
 
 async def measure_failover(target: Target, config: BenchConfig) -> dict[str, Any]:
-    """LEADER FAILOVER: to be written with leader mode (kill -9 / SIGTERM the leader of 3
-    instances; time until the next due occurrence runs elsewhere). Until then: skipped."""
+    """Leader failover with the default lease TTL: three ``mode="leader"`` instances (real
+    processes) run a job every second; kill -9 the leader, then SIGTERM the next one.
+    Reports the seconds from each signal to the first occurrence started by the next
+    leader (``started_at`` on the store's clock), and the epochs seen."""
+    if not target.multiprocess:
+        return {"skipped": f"not meaningful: {target.url} is one process"}
+    url = target.fresh_url()
+    store = open_store(url)
+    procs: dict[str, asyncio.subprocess.Process] = {}
     try:
-        Scheduler("memory://", mode="leader")
-    except Exception as exc:
-        return {"skipped": f"not available: leader mode not built yet ({exc})"}
-    return {"skipped": "not available: the failover measurement is not written yet"}
+        await store.migrate()
+        for iid in ("leader-a", "leader-b", "leader-c"):
+            procs[iid] = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "soloist.bench",
+                "leader",
+                url,
+                iid,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        for proc in procs.values():
+            assert proc.stdout is not None
+            await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT)
+        first = await _leader(store, exclude=set())
+        kill9 = await _hand_over(store, procs, first, signal.SIGKILL)
+        second = await _leader(store, exclude={first.leader_id})
+        sigterm = await _hand_over(store, procs, second, signal.SIGTERM)
+        third = await _leader(store, exclude={first.leader_id, second.leader_id})
+        return {
+            "kill9_s": kill9,
+            "sigterm_s": sigterm,
+            "lease_ttl_s": DEFAULT_LEASE_TTL.total_seconds(),
+            "epochs": [first.epoch, second.epoch, third.epoch],
+        }
+    finally:
+        for proc in procs.values():
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+        await store.close()
+
+
+async def _leader(store: Store, exclude: set[str]) -> LeaderLease:
+    deadline = time.monotonic() + DEFAULT_LEASE_TTL.total_seconds() + 30
+    while time.monotonic() < deadline:
+        lease = await store.leader_get(DEFAULT_ELECTION)
+        if lease is not None and lease.leader_id not in exclude:
+            return lease
+        await asyncio.sleep(0.05)
+    raise RuntimeError("no new leader was elected")
+
+
+async def _hand_over(
+    store: Store,
+    procs: dict[str, asyncio.subprocess.Process],
+    leader: LeaderLease,
+    how: signal.Signals,
+) -> float:
+    """Signal the leader; return the seconds until another instance started the job."""
+    await _finished_by(store, leader.leader_id)  # it has been running the job
+    procs[leader.leader_id].send_signal(how)
+    sent = await store.now()
+    deadline = time.monotonic() + DEFAULT_LEASE_TTL.total_seconds() + 30
+    while time.monotonic() < deadline:
+        rows = await store.occurrence_list(job=FAILOVER_JOB, limit=100)
+        starts = [
+            o.started_at
+            for o in rows
+            if o.started_at is not None
+            and o.started_at > sent
+            and o.instance_id not in (None, leader.leader_id)
+        ]
+        if starts:
+            return (min(starts) - sent).total_seconds()
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"nobody ran {FAILOVER_JOB} after {how.name} of {leader.leader_id}")
+
+
+async def _finished_by(store: Store, instance_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = await store.occurrence_list(job=FAILOVER_JOB, state=State.SUCCEEDED, limit=20)
+        if any(o.instance_id == instance_id for o in rows):
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"{instance_id} never ran {FAILOVER_JOB}")
+
+
+def leader_main(url: str, instance_id: str) -> None:
+    """One failover-measurement instance: leader mode, default lease TTL, a job every
+    second; prints ``ready`` once started, serves until a signal."""
+    app = Scheduler(url, mode="leader", instance_id=instance_id, grace_period="2s")
+
+    @app.job(every("1s"), name=FAILOVER_JOB, overlap="allow", catch_up="all")
+    async def failover_tick(ctx: JobContext) -> None:
+        return None
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await app.start()
+        print("ready", flush=True)
+        await stop.wait()
+        await app.stop()
+
+    asyncio.run(serve())
 
 
 async def measure_baseline(target: Target, config: BenchConfig) -> dict[str, Any]:
@@ -358,11 +469,9 @@ async def measure_baseline(target: Target, config: BenchConfig) -> dict[str, Any
     store = open_store(url)
     try:
         await store.migrate()
-        result: dict[str, Any] = {
-            "python_loops_per_s": _python_loops(),
-            "store_round_trips_per_s": await _rate(store.now, 1.0),
-        }
+        result: dict[str, Any] = {"python_loops_per_s": _python_loops()}
         if target.kind == "postgresql":
+            result["store_round_trips_per_s"] = await _rate(store.now, 1.0)
 
             async def select_one() -> None:
                 await _raw(store, "SELECT 1")
@@ -493,10 +602,34 @@ async def bench_store(url: str, config: BenchConfig) -> dict[str, Any]:
         report["lateness"] = await _repeat(
             config, "lateness", lambda: measure_lateness(target, config)
         )
-        report["failover"] = await measure_failover(target, config)
+        report["failover"] = await _repeat(
+            config, "failover", lambda: measure_failover(target, config)
+        )
+        report["ratios"] = _ratios(report)
     finally:
         await target.cleanup()
     return report
+
+
+def _ratios(report: dict[str, Any]) -> dict[str, float]:
+    """Figures relative to this run's baselines: comparable across machines and moments
+    better than the raw figures are (the server and the CPU are shared)."""
+    base = report["baseline"]
+    ratios: dict[str, float] = {}
+    for processes, figures in report["drain"].items():
+        if "per_s" in figures:
+            ratios[f"drain_{processes}_per_million_python_loops"] = (
+                figures["per_s"] / base["python_loops_per_s"] * 1e6
+            )
+            if "select_1_per_s" in base:
+                ratios[f"drain_{processes}_over_select_1"] = (
+                    figures["per_s"] / base["select_1_per_s"]
+                )
+    if "raw_insert_rows_per_s" in base:
+        ratios["insert_many_over_raw_insert"] = (
+            report["enqueue"]["insert_many_rows_per_s"] / base["raw_insert_rows_per_s"]
+        )
+    return ratios
 
 
 async def _server_version(target: Target) -> str | None:
@@ -576,9 +709,21 @@ def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for key, label in (("timer_ms", "lateness, due at a set time"), ("wake_ms", "wake-up latency")):
         yield f"{label}: p50 / p99 ms (idle)", f"{late[key]['p50']:.1f} / {late[key]['p99']:.1f}"
     failover = store["failover"]
-    yield "failover", failover.get("skipped") or json.dumps(failover)
+    if "skipped" in failover:
+        yield "failover", failover["skipped"]
+    else:
+        ttl = failover["lease_ttl_s"]
+        yield (
+            f"failover after kill -9 of the leader, s (TTL {ttl:g} s)",
+            f"{failover['kill9_s']:.2f}",
+        )
+        yield "failover after SIGTERM of the leader, s", f"{failover['sigterm_s']:.2f}"
     base = store["baseline"]
-    yield "baseline: store round trips/s (store.now())", f"{base['store_round_trips_per_s']:,.0f}"
+    if "store_round_trips_per_s" in base:
+        yield (
+            "baseline: store round trips/s (store.now())",
+            f"{base['store_round_trips_per_s']:,.0f}",
+        )
     if "select_1_per_s" in base:
         yield "baseline: SELECT 1 round trips/s", f"{base['select_1_per_s']:,.0f}"
         yield (
@@ -586,6 +731,8 @@ def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
             f"{base['raw_insert_rows_per_s']:,.0f}",
         )
     yield "baseline: pure-Python loop iterations/s", f"{base['python_loops_per_s']:,.0f}"
+    for name, value in store["ratios"].items():
+        yield f"ratio: {name}", f"{value:.3g}"
 
 
 def default_store_url() -> str:
@@ -612,7 +759,11 @@ def default_store_url() -> str:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m soloist.bench worker URL [--concurrency N]``: one worker process."""
+    """``python -m soloist.bench worker URL [--concurrency N]``: one worker process;
+    ``python -m soloist.bench leader URL INSTANCE_ID``: one failover instance."""
+    if len(argv) == 3 and argv[0] == "leader":
+        leader_main(argv[1], argv[2])
+        return
     if len(argv) >= 2 and argv[0] == "worker":
         concurrency = int(argv[3]) if len(argv) >= 4 and argv[2] == "--concurrency" else None
         worker_main(argv[1], concurrency)

@@ -369,11 +369,29 @@ def demo(seconds: int, instances: int) -> None:
     help="Store URL to measure (repeatable). Default: SOLOIST_STORE_URL, else a local "
     "PostgreSQL at 127.0.0.1:5432/test if it answers, else SQLite.",
 )
-@click.option("--json", "json_path", default=None, help="Also write every figure to FILE.")
-@click.option("--tasks", default=10_000, show_default=True, help="No-op tasks per drain.")
-@click.option("--runs", default=3, show_default=True, help="Repetitions (medians reported).")
-@click.option("--concurrency", default=500, show_default=True, help="Slots per worker.")
-@click.option("--samples", default=50, show_default=True, help="Lateness samples per run.")
+@click.option(
+    "--json", "json_path", default=None, metavar="FILE", help="Also write every figure to FILE."
+)
+@click.option(
+    "--tasks",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="No-op tasks per drain (and rows for insert_many).",
+)
+@click.option(
+    "--runs", default=3, show_default=True, type=click.IntRange(1), help="Repetitions (medians)."
+)
+@click.option(
+    "--concurrency",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Slots of each drain worker process.",
+)
+@click.option(
+    "--samples", default=50, show_default=True, type=click.IntRange(1), help="Lateness samples."
+)
 def bench(
     stores: tuple[str, ...],
     json_path: str | None,

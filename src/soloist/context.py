@@ -29,6 +29,10 @@ class JobContext:
     ``fencing_token`` increases each time the occurrence is claimed: pass it to systems you
     write to, and have them reject a token lower than the last one they saw, so that a
     runner that lost its lease (a long GC pause, a frozen VM) cannot overwrite newer work.
+
+    ``logger`` adds the occurrence's fields (job, scope, plan_time, attempt, execution_id,
+    instance_id) to every record; it is built on first use, since most runs of a small
+    task never log.
     """
 
     occurrence_id: str
@@ -40,10 +44,11 @@ class JobContext:
     fencing_token: int
     instance_id: str
     payload: JSONDict
-    logger: logging.LoggerAdapter[logging.Logger]
+    _base_logger: logging.Logger = field(repr=False)
     _renew: Callable[[], Coroutine[Any, Any, bool]] = field(repr=False)
     _loop: asyncio.AbstractEventLoop = field(repr=False)
     lease_lost: bool = False
+    _logger: logging.LoggerAdapter[logging.Logger] | None = field(default=None, repr=False)
 
     @classmethod
     def for_occurrence(
@@ -54,28 +59,35 @@ class JobContext:
         renew: Callable[[], Coroutine[Any, Any, bool]],
         loop: asyncio.AbstractEventLoop,
     ) -> JobContext:
-        extra = {
-            "job": occ.job,
-            "scope": occ.scope,
-            "plan_time": occ.plan_time.isoformat(),
-            "attempt": occ.attempt,
-            "execution_id": occ.id,
-            "instance_id": instance_id,
-        }
         return cls(
-            occurrence_id=occ.id,
-            job=occ.job,
-            task=occ.task,
-            scope=occ.scope,
-            plan_time=occ.plan_time,
-            attempt=occ.attempt,
-            fencing_token=occ.fencing_token,
-            instance_id=instance_id,
-            payload=occ.payload,
-            logger=_FieldsAdapter(logger, extra),
-            _renew=renew,
-            _loop=loop,
+            occ.id,
+            occ.job,
+            occ.task,
+            occ.scope,
+            occ.plan_time,
+            occ.attempt,
+            occ.fencing_token,
+            instance_id,
+            occ.payload,
+            logger,
+            renew,
+            loop,
         )
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger adding this occurrence's structured fields to each record."""
+        if self._logger is None:
+            extra = {
+                "job": self.job,
+                "scope": self.scope,
+                "plan_time": self.plan_time.isoformat(),
+                "attempt": self.attempt,
+                "execution_id": self.occurrence_id,
+                "instance_id": self.instance_id,
+            }
+            self._logger = _FieldsAdapter(self._base_logger, extra)
+        return self._logger
 
     def heartbeat(self) -> None:
         """Renew the lease now, from a sync handler (leases are also renewed in the

@@ -147,7 +147,7 @@ class Elector(Service):
         )
         await self._notify(self.on_elected, lease.epoch)
 
-    async def _demote(self, why: str) -> None:
+    async def _demote(self, why: str, level: int = logging.WARNING) -> None:
         lease, self.lease = self.lease, None
         self.trusted_until = 0.0
         if lease is None:
@@ -155,7 +155,7 @@ class Elector(Service):
         self.leader_id = None
         self.changes += 1
         self.log(
-            logging.WARNING,
+            level,
             "lost leadership of %r (epoch %d): %s",
             self.election,
             lease.epoch,
@@ -175,7 +175,7 @@ class Elector(Service):
             await self.store.leader_resign(self.election, self.instance_id, lease.epoch)
         except Exception as exc:
             self.log(logging.WARNING, "could not resign: %s", exc, action="resign_error")
-        await self._demote("resigned (graceful stop)")
+        await self._demote("resigned (graceful stop)", logging.INFO)
 
     async def _notify(self, callbacks: list[LeadershipCallback], epoch: int) -> None:
         for callback in callbacks:

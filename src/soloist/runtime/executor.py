@@ -25,7 +25,7 @@ import functools
 import logging
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -58,7 +58,7 @@ class Run:
     #: The outcome has been handed to the completer: the run is no longer released on stop.
     recorded: bool = False
     cancelled_for_lease: bool = False
-    started: float = field(default_factory=monotonic)
+    started: float = 0.0
 
     @property
     def claim(self) -> Claimed:
@@ -88,12 +88,16 @@ class Executor(Service):
         self.claimable = claimable or (lambda: list(registry.tasks))
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
+        self._ttl = lease_ttl.total_seconds()
         self.poll_interval = poll_interval.total_seconds()
         self.active: dict[str, Run] = {}
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker")
         self.completer = Completer(store, instance_id)
         self.counts = {state: 0 for state in ("succeeded", "failed", "dead", "fenced")}
+        #: Runs whose handler is done and whose outcome is being written: they keep their
+        #: lease until the write, but no longer use a slot (see :meth:`free_slots`).
+        self.recording = 0
         #: Whether the last tick found less work than free slots: only then is a wake-up
         #: from the store worth waiting for (a full executor waits for its own runs).
         self._starved = False
@@ -103,13 +107,14 @@ class Executor(Service):
         self._starved = False
         if not self.claiming:
             return self.poll_interval
-        free = self.concurrency - len(self.active)
+        free = self.free_slots()
         tasks = self.claimable()
         if free <= 0 or not tasks:
             return self.poll_interval  # a finishing run wakes us
         claimed = await self.store.occurrence_claim(self.instance_id, tasks, free, self.lease_ttl)
+        started = monotonic()
         for occ in claimed:
-            self._start(occ)
+            self._start(occ, started)
         if len(claimed) == free:
             return 0.0
         self._starved = True
@@ -158,16 +163,16 @@ class Executor(Service):
             action="notify_failed",
         )
 
-    def _start(self, occ: Occurrence) -> None:
+    def _start(self, occ: Occurrence, started: float) -> None:
         loop = asyncio.get_running_loop()
 
         async def renew() -> bool:
             return await self.renew([occ.id])
 
         ctx = JobContext.for_occurrence(occ, self.instance_id, log, renew, loop)
-        run = Run(occ, ctx, lease_deadline=monotonic() + self.lease_ttl.total_seconds())
+        run = Run(occ, ctx, started + self._ttl, started=started)
         self.active[occ.id] = run
-        task = run.task = loop.create_task(self._run(run))
+        task = run.task = loop.create_task(self._run(run), name=f"soloist-run-{occ.id}")
         task.add_done_callback(functools.partial(self._finished, occ.id))
         if log.isEnabledFor(INFO):
             ctx.logger.info(
@@ -179,8 +184,19 @@ class Executor(Service):
                 extra={"action": "claimed"},
             )
 
+    def free_slots(self) -> int:
+        """How many more handlers may start now.
+
+        A slot is freed when its handler finishes, not when its outcome has been written,
+        so that the next claim overlaps the write of the previous batch's outcomes; at most
+        ``concurrency`` more occurrences are held while their outcomes are written."""
+        running = len(self.active) - self.recording
+        return min(self.concurrency - running, 2 * self.concurrency - len(self.active))
+
     def _finished(self, occurrence_id: str, _task: object = None) -> None:
-        self.active.pop(occurrence_id, None)
+        run = self.active.pop(occurrence_id, None)
+        if run is not None and run.recorded:
+            self.recording -= 1
         self.wake()
 
     async def _run(self, run: Run) -> None:
@@ -221,10 +237,10 @@ class Executor(Service):
             if task.timeout is None:
                 return await task.fn(ctx, **occ.payload)
             return await asyncio.wait_for(task.fn(ctx, **occ.payload), task.timeout.total_seconds())
-        loop = asyncio.get_running_loop()
         call = functools.partial(task.fn, ctx, **occ.payload)
-        timeout = task.timeout.total_seconds() if task.timeout else None
-        return await asyncio.wait_for(loop.run_in_executor(self.pool, call), timeout)
+        if task.timeout is None:
+            return await self.pool.run(call)
+        return await asyncio.wait_for(self.pool.run(call), task.timeout.total_seconds())
 
     async def _record(
         self,
@@ -252,6 +268,8 @@ class Executor(Service):
         # No await between the check above and the hand-over: drain() sees either a
         # released run or a recorded one.
         run.recorded = True
+        self.recording += 1
+        self.wake()  # its slot is free
         try:
             applied = await self.completer.complete(outcome)
         except Exception as exc:

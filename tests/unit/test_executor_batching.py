@@ -1,0 +1,330 @@
+"""The executor's store traffic: batched completions, per-run fencing, drain, wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from soloist import Scheduler
+from soloist.models import Claimed, Kind, NewOccurrence, Outcome, State
+from soloist.runtime import Runtime
+from soloist.stores.memory import MemoryStore
+from soloist.testing import FakeClock
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+class CountingStore:
+    """A memory store that records the runners' writes, in order, and can hold
+    completions back (``hold``) or announce work (``notify``) on demand."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self._inner = inner
+        self.calls: list[tuple[str, list[str]]] = []
+        self.completing = asyncio.Event()  # set when a completion write has begun
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.notify = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def completes(self, instance: str) -> list[list[str]]:
+        """The ids of each completion write of ``instance``, in order."""
+        return [ids for call, ids in self.calls if call == f"complete:{instance}"]
+
+    async def occurrence_complete(
+        self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
+    ) -> set[str]:
+        self.calls.append((f"complete:{instance_id}", [o.id for o in outcomes]))
+        self.completing.set()
+        await self.hold.wait()
+        return await self._inner.occurrence_complete(instance_id, outcomes, now)
+
+    async def lease_release(
+        self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
+    ) -> set[str]:
+        self.calls.append((f"release:{instance_id}", [c.id for c in claims]))
+        return await self._inner.lease_release(instance_id, claims, now)
+
+    async def work_wait(self, timeout: float) -> bool:
+        await self.notify.wait()
+        self.notify.clear()
+        return True
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> CountingStore:
+    return CountingStore(MemoryStore("memory://", clock=clock))
+
+
+def make_app(clock: FakeClock, store: CountingStore, iid: str, **options: Any) -> Scheduler:
+    return Scheduler(
+        store,  # type: ignore[arg-type]
+        instance_id=iid,
+        clock=clock,
+        lease_ttl="9s",
+        concurrency=100,
+        **options,
+    )
+
+
+async def started(app: Scheduler) -> Runtime:
+    """A runtime whose services are built but not looping: the test calls tick()."""
+    store = await app._ready_store()
+    runtime = Runtime(store, app.registry, app.config, app.clock)
+    await runtime.register()
+    return runtime
+
+
+async def settle(runtime: Runtime) -> None:
+    tasks = [r.task for r in runtime.executor.active.values() if r.task is not None]
+    if tasks:
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+
+
+async def test_runs_finishing_together_share_one_completion_write(
+    clock: FakeClock, store: CountingStore
+) -> None:
+    """50 runs that finish in the same moment are recorded by one store call, not 50."""
+    app = make_app(clock, store, "a")
+    gate = asyncio.Event()
+
+    @app.task
+    async def job(ctx) -> int:  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return ctx.attempt  # type: ignore[no-any-return]
+
+    runtime = await started(app)
+    ids = [await app.aenqueue(job) for _ in range(50)]
+    await runtime.executor.tick()
+    assert len(runtime.executor.active) == 50
+    gate.set()
+    await settle(runtime)
+    writes = store.completes("a")
+    assert len(writes) == 1 and sorted(writes[0]) == sorted(ids)
+    for occ_id in ids:
+        occ = await store.occurrence_get(occ_id)
+        assert occ is not None and (occ.state, occ.result) == (State.SUCCEEDED, 1)
+    assert runtime.executor.counts["succeeded"] == 50
+
+
+async def test_outcomes_arriving_during_a_write_go_in_the_next_one(
+    clock: FakeClock, store: CountingStore
+) -> None:
+    """While one write is in flight, finishing runs queue up and share the next write."""
+    app = make_app(clock, store, "a")
+
+    @app.task
+    async def quick(ctx) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    runtime = await started(app)
+    store.hold.clear()
+    first = await app.aenqueue(quick)
+    await runtime.executor.tick()
+    await asyncio.wait_for(store.completing.wait(), 5)  # the first write is held
+    later = [await app.aenqueue(quick) for _ in range(20)]
+    await runtime.executor.tick()
+    for _ in range(5):
+        await asyncio.sleep(0)  # the 20 finish and queue behind the held write
+    store.hold.set()
+    await settle(runtime)
+    assert store.completes("a") == [[first], later]
+
+
+async def test_a_fenced_outcome_in_a_batch_is_reported_for_its_run_only(
+    clock: FakeClock, store: CountingStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In one batch, the stale run is logged as fenced; the others are recorded."""
+    caplog.set_level(logging.INFO, logger="soloist")
+    gate = asyncio.Event()
+    apps = []
+    for iid in ("a", "b"):
+        app = make_app(clock, store, iid)
+
+        @app.task(name="work", retries=1)
+        async def work(ctx) -> str:  # type: ignore[no-untyped-def]
+            if ctx.instance_id == "a":
+                await gate.wait()
+            return ctx.instance_id  # type: ignore[no-any-return]
+
+        apps.append(app)
+    a, b = [await started(app) for app in apps]
+    stale = await apps[0].aenqueue("work")
+    await a.executor.tick()
+    clock.advance(10)  # a's lease of `stale` (9 s) expires: a looks frozen
+    assert [o.id for o in await store.occurrence_reap()] == [stale]
+    await b.executor.tick()  # b retries it and succeeds
+    await settle(b)
+    fresh = [await apps[0].aenqueue("work") for _ in range(2)]
+    await a.executor.tick()
+    gate.set()  # a's three runs finish together: one batch with a stale member
+    await settle(a)
+    assert [sorted(ids) for ids in store.completes("a")] == [sorted([stale, *fresh])]
+    assert a.executor.counts == {"succeeded": 2, "failed": 0, "dead": 0, "fenced": 1}
+    fenced = [r for r in caplog.records if getattr(r, "action", None) == "fenced"]
+    assert [r.execution_id for r in fenced] == [stale]  # type: ignore[attr-defined]
+    succeeded = {
+        r.execution_id  # type: ignore[attr-defined]
+        for r in caplog.records
+        if getattr(r, "action", None) == "succeeded" and r.instance_id == "a"  # type: ignore[attr-defined]
+    }
+    assert succeeded == set(fresh)
+    occ = await store.occurrence_get(stale)
+    assert occ is not None and (occ.state, occ.instance_id, occ.result) == (
+        State.SUCCEEDED,
+        "b",
+        "b",
+    )
+
+
+async def test_drain_writes_queued_outcomes_before_releasing_the_rest(
+    clock: FakeClock, store: CountingStore
+) -> None:
+    """On stop, outcomes still waiting to be written are written (not released), and only
+    then is the lease of the still-running handler handed back."""
+    app = make_app(clock, store, "a", grace_period="2s")
+
+    @app.task
+    async def quick(ctx) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    @app.task
+    async def forever(ctx) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.Event().wait()
+
+    runtime = await started(app)
+    store.hold.clear()
+    stuck = await app.aenqueue(forever)
+    first = await app.aenqueue(quick)
+    await runtime.executor.tick()
+    await asyncio.wait_for(store.completing.wait(), 5)  # `first` is being written, held
+    queued = [await app.aenqueue(quick) for _ in range(3)]
+    await runtime.executor.tick()  # these finish and wait in the completer's queue
+    stopping = asyncio.create_task(runtime.stop())
+    for _ in range(40):  # the grace period runs out while the write is still held
+        await asyncio.sleep(0.01)
+        clock.advance(0.1)
+    assert not stopping.done()
+    assert [call for call, _ in store.calls] == ["complete:a"]  # nothing released yet
+    store.hold.set()
+    await asyncio.wait_for(stopping, 5)
+    assert store.calls == [
+        ("complete:a", [first]),
+        ("complete:a", queued),
+        ("release:a", [stuck]),
+    ]
+    for occ_id in (first, *queued):
+        occ = await store.occurrence_get(occ_id)
+        assert occ is not None and occ.state is State.SUCCEEDED
+    occ = await store.occurrence_get(stuck)
+    assert occ is not None and (occ.state, occ.error_code) == (State.SCHEDULED, "cancelled")
+
+
+async def test_idle_executor_wakes_when_the_store_signals_work(
+    clock: FakeClock, store: CountingStore
+) -> None:
+    """An idle executor runs work another instance made due as soon as the store says so,
+    not after its poll interval (one hour here, on a clock that does not move)."""
+    app = make_app(clock, store, "a", poll_interval="1h")
+    done = asyncio.Event()
+
+    @app.task
+    async def ping(ctx) -> None:  # type: ignore[no-untyped-def]
+        done.set()
+
+    runtime = await started(app)
+    await runtime.executor.start()
+    try:
+        for _ in range(5):
+            await asyncio.sleep(0)  # the first tick finds nothing and the executor waits
+        assert not runtime.executor.active
+        now = clock.now()
+        # Written straight to the store, as another process would: no local wake-up.
+        await store.occurrence_insert(
+            NewOccurrence("t:1", "ping", "ping", "", now, now, Kind.TASK, max_attempts=1)
+        )
+        store.notify.set()
+        await asyncio.wait_for(done.wait(), 5)
+    finally:
+        await runtime.executor.drain(0)
+
+
+async def test_the_claim_takes_every_free_slot_in_one_call(
+    clock: FakeClock, store: CountingStore
+) -> None:
+    """Due work is claimed up to the free slots in a single store call."""
+    app = make_app(clock, store, "a")
+    calls: list[int] = []
+    claim = store._inner.occurrence_claim
+
+    async def counting_claim(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[2])
+        return await claim(*args, **kwargs)
+
+    store.occurrence_claim = counting_claim  # type: ignore[method-assign]
+
+    @app.task
+    async def quick(ctx) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    runtime = await started(app)
+    for _ in range(30):
+        await app.aenqueue(quick)
+    delay = await runtime.executor.tick()
+    assert calls == [100] and len(runtime.executor.active) == 30
+    assert delay == pytest.approx(1.0)  # nothing else due: wait up to the poll interval
+    await settle(runtime)
+
+
+async def test_sync_handlers_hand_their_results_back_in_bursts(
+    clock: FakeClock, store: CountingStore
+) -> None:
+    """Sync handlers run in worker threads; each result reaches its own run, and a sync
+    handler past its timeout is recorded as timeout while its late result is ignored."""
+    app = make_app(clock, store, "a")
+    release = asyncio.Event()
+    slow_started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    @app.task
+    def double(ctx, n: int) -> int:  # type: ignore[no-untyped-def]
+        return n * 2
+
+    @app.task(timeout=0.05)
+    def slow(ctx) -> str:  # type: ignore[no-untyped-def]
+        loop.call_soon_threadsafe(slow_started.set)
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(5)
+        return "late"
+
+    runtime = await started(app)
+    late = await app.aenqueue(slow)
+    ids = {await app.aenqueue(double, n=n): n for n in range(40)}
+    await runtime.executor.tick()
+    await asyncio.wait_for(slow_started.wait(), 5)
+    await settle(runtime)
+    for occ_id, n in ids.items():
+        occ = await store.occurrence_get(occ_id)
+        assert occ is not None and (occ.state, occ.result) == (State.SUCCEEDED, 2 * n)
+    occ = await store.occurrence_get(late)
+    assert occ is not None and (occ.state, occ.error_code, occ.result) == (
+        State.DEAD,
+        "timeout",
+        None,
+    )
+    release.set()  # the abandoned thread finishes; its result goes nowhere
+    await asyncio.sleep(0.05)
+    occ = await store.occurrence_get(late)
+    assert occ is not None and occ.result is None
+    await runtime.executor.drain(0)
