@@ -69,6 +69,7 @@ class Runtime:
             lease_ttl=config.lease_ttl,
             poll_interval=config.poll_interval,
             claimable=self.claimable_tasks,
+            on_notified=lambda: self.planner.wake(),
         )
         self.planner = Planner(
             clock,

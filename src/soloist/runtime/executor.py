@@ -79,6 +79,7 @@ class Executor(Service):
         lease_ttl: timedelta,
         poll_interval: timedelta,
         claimable: Callable[[], list[str]] | None = None,
+        on_notified: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(clock, instance_id)
         self.store = store
@@ -86,6 +87,8 @@ class Executor(Service):
         #: Which tasks this instance claims now (in leader mode followers claim only queue
         #: tasks, the leader everything); default: every registered task.
         self.claimable = claimable or (lambda: list(registry.tasks))
+        #: Called when the store signals that something changed (work or schedules).
+        self.on_notified = on_notified
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
         self._ttl = lease_ttl.total_seconds()
@@ -143,6 +146,8 @@ class Executor(Service):
             while waits:
                 done, waits = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if done != {notify} or notify.cancelled() or notify.exception() is None:
+                    if notify in done and not notify.cancelled() and notify.result():
+                        self.on_notified()  # e.g. a new schedule: the planner looks too
                     break
                 # The store cannot notify right now: fall back on the timer and local wakes.
                 self._log_notify_failure(notify.exception())
