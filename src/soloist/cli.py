@@ -400,7 +400,7 @@ def bench(
     concurrency: int,
     samples: int,
 ) -> None:
-    """Measure executions/s, enqueue rate and lateness (see docs/benchmarks.md)."""
+    """Measure executions/s, enqueue rate, lateness and failover (docs/benchmarks.md)."""
     from soloist.bench import BenchConfig, bench_main, default_store_url
 
     config = BenchConfig(

@@ -1,0 +1,45 @@
+"""`soloist bench` runs end to end and reports its figures as JSON (a small run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SOLOIST = Path(sys.executable).parent / "soloist"
+
+
+def test_bench_reports_every_figure_on_the_memory_store(tmp_path: Path) -> None:
+    """A tiny benchmark on memory:// writes drain, enqueue, lateness and baseline figures,
+    and says why multi-process figures are skipped."""
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [
+            str(SOLOIST),
+            "bench",
+            "--store",
+            "memory://",
+            "--tasks",
+            "200",
+            "--runs",
+            "1",
+            "--samples",
+            "5",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    (store,) = report["stores"]
+    assert store["drain"]["1"]["per_s"] > 0
+    assert "skipped" in store["drain"]["2"] and "skipped" in store["failover"]
+    assert store["enqueue"]["single_per_s"] > 0
+    assert store["enqueue"]["insert_many_rows_per_s"] > 0
+    assert store["lateness"]["timer_ms"]["p99"] >= 0
+    assert "drain: executions/s" in done.stdout
