@@ -315,7 +315,14 @@ async def measure_enqueue(target: Target, config: BenchConfig) -> dict[str, Any]
             count = min(config.batch, config.tasks - offset)
             await store.occurrence_insert_many(_items(count, lambda i: later))
         many = config.tasks / (time.perf_counter() - started)
-        return {"single_per_s": single, "insert_many_rows_per_s": many}
+        started = time.perf_counter()
+        await app.aenqueue_many(NOOP, ({} for _ in range(config.tasks)), delay="1d")
+        bulk = config.tasks / (time.perf_counter() - started)
+        return {
+            "single_per_s": single,
+            "insert_many_rows_per_s": many,
+            "enqueue_many_per_s": bulk,
+        }
     finally:
         await store.close()
 
@@ -704,6 +711,10 @@ def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
     yield (
         "enqueue: insert_many rows/s (batches of 1000)",
         f"{enqueue['insert_many_rows_per_s']:,.0f}",
+    )
+    yield (
+        "enqueue: enqueue_many tasks/s (2 chunks of 1000 in flight)",
+        f"{enqueue['enqueue_many_per_s']:,.0f}",
     )
     late = store["lateness"]
     for key, label in (("timer_ms", "lateness, due at a set time"), ("wake_ms", "wake-up latency")):

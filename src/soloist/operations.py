@@ -4,7 +4,7 @@ as a sync call too."""
 
 from __future__ import annotations
 
-import inspect
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
@@ -27,6 +27,10 @@ from soloist.registry import JobDef, JobPolicy, Registry, TaskDef, check_name
 from soloist.schedules import Schedule
 from soloist.schedules import at as at_schedule
 from soloist.stores.base import Store
+
+#: Rows per store call of ``enqueue_many``, and how many such calls may be in flight.
+ENQUEUE_BATCH = 1000
+ENQUEUE_PARALLEL = 2
 
 
 class Operations:
@@ -97,23 +101,38 @@ class Operations:
         payloads: Iterable[dict[str, Any]],
         *,
         delay: object = None,
+        batch: int = ENQUEUE_BATCH,
     ) -> int:
-        """Queue one run of ``task`` per payload in one store call; returns how many were
-        queued. Every payload is checked first: one bad payload queues nothing."""
+        """Queue one run of ``task`` per payload; returns how many were queued.
+
+        Every payload is checked before anything is written: one bad payload queues
+        nothing. Rows go to the store in chunks of ``batch``, each one atomic
+        (:meth:`Store.occurrence_insert_many`), with up to :data:`ENQUEUE_PARALLEL` chunks
+        in flight so that a server store works on one chunk while the next is prepared;
+        if the store fails midway, the chunks already written stay queued."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ConfigError(f"invalid batch {batch!r}: expected an integer >= 1")
         spec = self._task(task)
-        items = []
+        checked = []
+        bound: set[frozenset[str]] = set()  # binding depends on the keys only
         for index, payload in enumerate(payloads):
             data = validate_payload(payload, what=f"payload #{index}")
-            _check_binds(spec, data)
-            items.append(data)
+            keys = frozenset(data)
+            if keys not in bound:
+                _check_binds(spec, data)
+                bound.add(keys)
+            checked.append(data)
         store = await self._store()
         due = await store.now()
         if delay is not None:
             due += parse_duration(delay, what="delay", allow_zero=True)
-        created = await store.occurrence_insert_many(
-            [
+        slots = asyncio.Semaphore(ENQUEUE_PARALLEL)
+
+        async def insert(chunk: list[JSONDict]) -> int:
+            prefix = f"t:{uuid.uuid4().hex}:"  # unique per chunk; a counter within it
+            items = [
                 NewOccurrence(
-                    dedupe_key=f"t:{uuid.uuid4().hex}",
+                    dedupe_key=f"{prefix}{n:x}",
                     job=spec.name,
                     task=spec.name,
                     scope="",
@@ -124,11 +143,16 @@ class Operations:
                     overlap=Overlap.ALLOW,
                     payload=data,
                 )
-                for data in items
+                for n, data in enumerate(chunk)
             ]
+            async with slots:
+                return await store.occurrence_insert_many(items)
+
+        counts = await asyncio.gather(
+            *(insert(checked[i : i + batch]) for i in range(0, len(checked), batch))
         )
         self._wake()
-        return created
+        return sum(counts)
 
     async def trigger(self, job: str) -> Occurrence:
         """Run ``job`` once now, outside its schedule (it still respects overlap, except
@@ -283,9 +307,8 @@ class Operations:
 
 def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
     """Reject at enqueue time a payload the handler could never accept."""
-    try:
-        signature = inspect.signature(spec.fn)
-    except (TypeError, ValueError):
+    signature = spec.signature
+    if signature is None:
         return
     try:
         signature.bind(None, **payload)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from soloist.errors import PayloadError
@@ -22,6 +23,8 @@ def validate_payload(payload: object, *, what: str = "payload") -> JSONDict:
     for key in payload:
         if not isinstance(key, str):
             raise PayloadError(f"invalid {what}: key {key!r} is not a string")
+    if all(_is_plain(value) for value in payload.values()):
+        return dict(payload)  # what the round trip would give, without its cost
     try:
         text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -31,6 +34,15 @@ def validate_payload(payload: object, *, what: str = "payload") -> JSONDict:
         ) from None
     decoded: JSONDict = json.loads(text)
     return decoded
+
+
+def _is_plain(value: object) -> bool:
+    """A JSON scalar that survives a JSON round trip unchanged (exact types only)."""
+    kind = type(value)
+    return kind in _SCALARS or (kind is float and math.isfinite(value))  # type: ignore[arg-type]
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def summarise_result(value: Any, limit: int = 2000) -> Any:

@@ -6,6 +6,7 @@ bad value in the message, not at 2 a.m. when the job is due.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -34,6 +35,15 @@ class TaskDef:
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @functools.cached_property
+    def signature(self) -> inspect.Signature | None:
+        """The handler's signature (None if Python cannot tell), computed once: enqueue
+        checks each payload against it."""
+        try:
+            return inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)

@@ -201,9 +201,11 @@ class Scheduler:
         /,
         *,
         delay: object = None,
+        batch: int = 1000,
     ) -> int:
-        """Queue ``task`` once per payload, in one store call; returns how many."""
-        return await self.ops.enqueue_many(task, payloads, delay=delay)
+        """Queue ``task`` once per payload, ``batch`` rows per store call; returns how
+        many. All payloads are validated before any is written."""
+        return await self.ops.enqueue_many(task, payloads, delay=delay, batch=batch)
 
     def enqueue_many(
         self,
@@ -212,9 +214,10 @@ class Scheduler:
         /,
         *,
         delay: object = None,
+        batch: int = 1000,
     ) -> int:
         """Sync twin of :meth:`aenqueue_many`."""
-        return self._call(self.aenqueue_many(task, payloads, delay=delay))
+        return self._call(self.aenqueue_many(task, payloads, delay=delay, batch=batch))
 
     async def atrigger(self, job: str) -> str:
         return (await self.ops.trigger(job)).id
