@@ -28,14 +28,21 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def first_start_by(history: list[Occurrence], runner: str, after: datetime) -> datetime | None:
-    """When ``runner`` first started an occurrence after ``after``."""
-    starts = [
-        o.started_at
+def first_run_by(history: list[Occurrence], runner: str, signal_at: datetime) -> Occurrence | None:
+    """``runner``'s first run started after ``signal_at``, or None yet."""
+    runs = [
+        o
         for o in history
-        if o.instance_id == runner and o.started_at is not None and o.started_at > after
+        if o.instance_id == runner and o.started_at is not None and o.started_at > signal_at
     ]
-    return min(starts, default=None)
+    return min(runs, key=lambda o: o.started_at or signal_at, default=None)
+
+
+def failover_delay(run: Occurrence, signal_at: datetime) -> float:
+    """How late ``run`` started: seconds from the later of its due time and the signal
+    (the wait that the change of leader caused)."""
+    assert run.started_at is not None
+    return (run.started_at - max(run.due_at, signal_at)).total_seconds()
 
 
 def assert_each_second_once(history: list[Occurrence], until: datetime) -> None:
@@ -73,9 +80,10 @@ def by_id(instances: list[Instance], iid: str) -> Instance:
 
 
 def test_leader_mode_fails_over_fast_and_runs_each_second_once(pg_cluster: Cluster) -> None:
-    """Leader mode: after kill -9 of the leader a follower leads (higher epoch) and runs the
-    next occurrence within TTL + 1 s; after SIGTERM of that leader, within 1 s; every
-    second ran exactly once and only leaders ran jobs."""
+    """Leader mode: after kill -9 of the leader a follower leads (higher epoch) and its
+    first run starts at most TTL + 1 s after the later of its due time and the kill; after
+    SIGTERM of that leader, at most 1 s; every second ran exactly once, only leaders ran
+    jobs."""
     instances = pg_cluster.start_all(APP, "a", "b", "c", SOLOIST_MODE="leader")
     first, epoch1 = leader(pg_cluster)
     wait_for(lambda: len(pg_cluster.history("tick")) >= 3, 20, "a few ticks")
@@ -84,26 +92,27 @@ def test_leader_mode_fails_over_fast_and_runs_each_second_once(pg_cluster: Clust
     by_id(instances, first).send(signal.SIGKILL)
     second, epoch2 = leader(pg_cluster, exclude={first})
     took_over = wait_for(
-        lambda: first_start_by(pg_cluster.history("tick"), second, killed_at),
+        lambda: first_run_by(pg_cluster.history("tick"), second, killed_at),
         TTL + 10,
         "the new leader to run the job",
     )
-    assert (took_over - killed_at).total_seconds() <= TTL + 1
+    assert failover_delay(took_over, killed_at) <= TTL + 1
     wait_for(lambda: len(pg_cluster.history("tick")) >= 3, 20, "ticks under the new leader")
 
     by_id(instances, second).send(signal.SIGTERM)
     termed_at = now()
     third, epoch3 = leader(pg_cluster, exclude={first, second})
     handed_over = wait_for(
-        lambda: first_start_by(pg_cluster.history("tick"), third, termed_at),
+        lambda: first_run_by(pg_cluster.history("tick"), third, termed_at),
         10,
         "the third leader to run the job",
     )
-    assert (handed_over - termed_at).total_seconds() <= 1.0
+    assert failover_delay(handed_over, termed_at) <= 1.0
     assert epoch1 < epoch2 < epoch3
     assert by_id(instances, second).wait(15) == 0
 
-    wait_for(lambda: now() > handed_over + timedelta(seconds=3), 10, "a few more ticks")
+    more = now() + timedelta(seconds=3)
+    wait_for(lambda: now() > more, 10, "a few more ticks")
     stop = now()
     by_id(instances, third).send(signal.SIGTERM)
     assert by_id(instances, third).wait(15) == 0
