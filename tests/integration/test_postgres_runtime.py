@@ -30,7 +30,7 @@ async def test_a_schedule_added_elsewhere_runs_without_waiting_for_a_refresh(
         added = time.monotonic()
         await admin.schedules.aadd("every-second", task="report", schedule=every("1s"))
         await asyncio.wait_for(ran.wait(), 10)
-        assert time.monotonic() - added < 2.5
+        assert time.monotonic() - added < 3.5  # without the wake-up: 5 s or more
         for _ in range(50):  # the handler ran; its outcome is written right after
             rows = await runner.ahistory(job="every-second", state=State.SUCCEEDED)
             if rows:
