@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections import Counter
@@ -27,6 +24,7 @@ from soloist.stores import open_store
 from soloist.stores.postgres import PostgresStore, parse_url
 from soloist.stores.postgres.migrations import MIGRATIONS
 from soloist.testing.conformance import claim, new_occurrence
+from soloist.testing.conformance.processes import race_claimers
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)  # due for any real clock
 TTL = timedelta(minutes=5)
@@ -313,31 +311,6 @@ async def test_the_database_clock_decides_when_now_is_none(
 
 
 # -- claims ---------------------------------------------------------------------------------
-_CLAIMER = textwrap.dedent(
-    """
-    import asyncio, json, sys
-    from datetime import timedelta
-    from soloist.stores.postgres import PostgresStore
-
-    async def main() -> None:
-        store = PostgresStore(sys.argv[1])
-        await store.migrate()
-        print("ready", flush=True)
-        sys.stdin.readline()  # wait for "go": every process starts claiming together
-        claimed = []
-        while True:
-            batch = await store.occurrence_claim(sys.argv[2], ["task"], 7, timedelta(minutes=5))
-            if not batch:
-                break
-            claimed += [occ.id for occ in batch]
-        await store.close()
-        print(json.dumps(claimed), flush=True)
-
-    asyncio.run(main())
-    """
-)
-
-
 async def test_processes_racing_to_claim_take_each_row_once(
     store: PostgresStore, postgres_url: str
 ) -> None:
@@ -345,33 +318,7 @@ async def test_processes_racing_to_claim_take_each_row_once(
     items = [new_occurrence(f"k{n}", due_at=LONG_AGO + timedelta(seconds=n)) for n in range(300)]
     assert await store.plan_advance("bulk", "", None, LONG_AGO, 300, items)
     expected = {occ.id for occ in await store.occurrence_list(limit=1000)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _CLAIMER, postgres_url, f"proc-{n}"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(3)
-    ]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "ready"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        outputs = [proc.communicate(timeout=60) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    claimed: list[str] = []
-    for proc, (out, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err
-        claimed += json.loads(out)
+    claimed = race_claimers(postgres_url, processes=3, batch=7)
     assert len(claimed) == len(set(claimed)) == 300
     assert set(claimed) == expected
     rows = await store.occurrence_list(limit=1000)

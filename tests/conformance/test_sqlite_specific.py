@@ -22,6 +22,7 @@ from soloist.stores.sqlite import SQLiteStore, sqlite_path
 from soloist.stores.sqlite.migrations import MIGRATIONS
 from soloist.testing import FakeClock
 from soloist.testing.conformance import T0, claim, new_occurrence
+from soloist.testing.conformance.processes import race_claimers
 
 
 def _url(path: Path) -> str:
@@ -254,31 +255,6 @@ def test_usable_from_several_event_loops_and_threads(tmp_path: Path) -> None:
     asyncio.run(store.close())
 
 
-_CLAIMER = textwrap.dedent(
-    """
-    import asyncio, json, sys
-    from datetime import timedelta
-    from soloist.stores.sqlite import SQLiteStore
-
-    async def main() -> None:
-        store = SQLiteStore(sys.argv[1])
-        await store.migrate()
-        print("ready", flush=True)
-        sys.stdin.readline()  # wait for "go": every process starts claiming together
-        claimed = []
-        while True:
-            batch = await store.occurrence_claim(sys.argv[2], ["task"], 3, timedelta(minutes=5))
-            if not batch:
-                break
-            claimed += [occ.id for occ in batch]
-        await store.close()
-        print(json.dumps(claimed), flush=True)
-
-    asyncio.run(main())
-    """
-)
-
-
 async def test_processes_racing_to_claim_take_each_row_once(tmp_path: Path) -> None:
     """Three OS processes claiming from one file: every row is claimed exactly once."""
     url = _url(tmp_path / "race.db")
@@ -288,34 +264,7 @@ async def test_processes_racing_to_claim_take_each_row_once(tmp_path: Path) -> N
     for n in range(200):
         await store.occurrence_insert(new_occurrence(f"k{n}", due_at=due + timedelta(seconds=n)))
     expected = {occ.id for occ in await store.occurrence_list(limit=1000)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _CLAIMER, url, f"proc-{n}"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-        )
-        for n in range(3)
-    ]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "ready"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        outputs = [proc.communicate(timeout=60) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    claimed: list[str] = []
-    for proc, (out, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err
-        claimed += json.loads(out)
+    claimed = race_claimers(url, processes=3, batch=3, cwd=tmp_path)
     assert len(claimed) == len(set(claimed)) == 200
     assert set(claimed) == expected
     rows = await store.occurrence_list(limit=1000)
