@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint types unit install clean
+.PHONY: demo test lint types docs unit install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +26,15 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-test: lint types
+# The docs site, with every warning an error (a broken link or a stale reference fails).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir .site
+
+test: lint types docs
 	$(BIN)/python -m pytest -q
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .site
