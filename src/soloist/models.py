@@ -236,6 +236,16 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
+class OccurrenceCounts:
+    """What the store holds, counted (for metrics and the dashboard): occurrences by
+    (job, state), history included within the store's retention, and ``due``: claimable
+    occurrences (``scheduled`` or ``failed``) whose due_at has passed, the queue depth."""
+
+    by_job_state: dict[tuple[str, State], int]
+    due: int
+
+
+@dataclass(frozen=True)
 class LeaderLease:
     """Who leads election ``name``: the holder, its epoch (the fencing token of leadership:
     it increases by one every time the leadership changes hands, and never goes back), and

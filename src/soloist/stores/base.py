@@ -34,6 +34,7 @@ from soloist.models import (
     LeaderLease,
     NewOccurrence,
     Occurrence,
+    OccurrenceCounts,
     Outcome,
     PlanCursor,
     State,
@@ -177,6 +178,12 @@ class Store(Protocol):
     ) -> list[Occurrence]:
         """Occurrences, newest plan_time first (ties: newest created first), filtered by
         job and state, at most ``limit``."""
+        ...
+
+    async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
+        """Occurrences by (job, state), only pairs with a count above zero, and the number
+        of claimable occurrences (``scheduled`` or ``failed``) with due_at <= now. One
+        consistent read where the store allows; used at most every few seconds."""
         ...
 
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
