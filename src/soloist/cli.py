@@ -120,8 +120,15 @@ def _with_store(url: str, action: Callable[[Store], Coroutine[Any, Any, T]]) -> 
 @store_option
 @click.option("--instance-id", envvar="SOLOIST_INSTANCE_ID", help="Default: host-pid-random.")
 @click.option("--mode", envvar="SOLOIST_MODE", default=None, help="Coordination mode.")
-@click.option("--log-level", default="INFO", show_default=True)
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--log-level", envvar="SOLOIST_LOG_LEVEL", default="INFO", show_default=True)
+@click.option(
+    "--log-format",
+    envvar="SOLOIST_LOG_FORMAT",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line with the structured fields.",
+)
 def run(
     app: str,
     store: str,
