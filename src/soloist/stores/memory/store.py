@@ -22,6 +22,7 @@ from soloist.models import (
     LeaderLease,
     NewOccurrence,
     Occurrence,
+    OccurrenceCounts,
     Outcome,
     Overlap,
     PlanCursor,
@@ -348,6 +349,19 @@ class MemoryStore:
             ]
             found.sort(key=lambda r: (r.occ.plan_time, r.occ.created_at, r.seq), reverse=True)
             return [rows.out(row.occ) for row in found[:limit]]
+
+    async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
+        at = self._now(now)
+        counts: dict[tuple[str, State], int] = {}
+        due = 0
+        with self._lock:
+            for row in self._rows.values():
+                occ = row.occ
+                pair = (occ.job, occ.state)
+                counts[pair] = counts.get(pair, 0) + 1
+                if occ.state in CLAIMABLE_STATES and occ.due_at <= at:
+                    due += 1
+        return OccurrenceCounts(by_job_state=counts, due=due)
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:

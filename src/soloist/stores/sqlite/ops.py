@@ -339,6 +339,22 @@ def occurrence_list(
     return [codec.occurrence(row) for row in rows]
 
 
+def occurrence_counts(conn: sqlite3.Connection, now: int) -> tuple[list[sqlite3.Row], int]:
+    """Counts by (job, state) and the due count, in one read transaction (one snapshot)."""
+    conn.execute("BEGIN")
+    try:
+        pairs = conn.execute(
+            "SELECT job, state, COUNT(*) AS n FROM occurrences GROUP BY job, state"
+        ).fetchall()
+        row = conn.execute(
+            "SELECT COUNT(*) FROM occurrences WHERE state IN (?, ?) AND due_at <= ?",
+            (*_CLAIMABLE, now),
+        ).fetchone()
+    finally:
+        conn.execute("COMMIT")
+    return pairs, int(row[0]) if row is not None else 0
+
+
 # -- jobs ------------------------------------------------------------------------------------
 def job_upsert(conn: sqlite3.Connection, records: Sequence[tuple[object, ...]]) -> None:
     with transaction(conn):

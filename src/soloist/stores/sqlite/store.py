@@ -21,6 +21,7 @@ from soloist.models import (
     LeaderLease,
     NewOccurrence,
     Occurrence,
+    OccurrenceCounts,
     Outcome,
     PlanCursor,
     State,
@@ -286,6 +287,12 @@ class SQLiteStore:
             return []
         state_value = State(state).value if state is not None else None
         return await self._run(lambda c: ops.occurrence_list(c, job, state_value, limit))
+
+    async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
+        at = self._now_us(now)
+        pairs, due = await self._run(lambda c: ops.occurrence_counts(c, at))
+        counts = {(row["job"], State(row["state"])): int(row["n"]) for row in pairs}
+        return OccurrenceCounts(by_job_state=counts, due=due)
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:

@@ -36,6 +36,7 @@ from soloist.testing.conformance.base import (
     new_occurrence,
 )
 from soloist.testing.conformance.claims import ClaimConformance, work_wait
+from soloist.testing.conformance.counts import CountConformance
 from soloist.testing.conformance.election import ElectionConformance
 from soloist.testing.conformance.instances import InstanceConformance, instance_info
 from soloist.testing.conformance.jobs import JobConformance
@@ -60,6 +61,7 @@ class StoreConformance(
     ClaimConformance,
     LeaseConformance,
     AttemptConformance,
+    CountConformance,
     JobConformance,
     ElectionConformance,
     InstanceConformance,
