@@ -20,10 +20,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         group.close()
 
 
-@pytest.fixture
-def pg_cluster(tmp_path: Path, postgres_url: str) -> Iterator[Cluster]:
-    """A fresh PostgreSQL schema; every instance started is killed at the end."""
-    group = Cluster(tmp_path, postgres_url)
+@pytest.fixture(params=["postgresql", "redis"])
+def server_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """A fresh PostgreSQL schema or Redis key prefix (the test runs once on each); every
+    instance started is killed at the end."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    group = Cluster(tmp_path, url)
     try:
         yield group
     finally:

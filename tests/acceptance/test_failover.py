@@ -1,4 +1,5 @@
-"""Failover on PostgreSQL with real processes: kill -9 the leader, then SIGTERM the next.
+"""Failover on the server stores (PostgreSQL, Redis) with real processes: kill -9 the
+leader, then SIGTERM the next.
 
 Three instances run a job every second. Whatever the mode, the history must show each
 second succeeded exactly once, none missing; in leader mode the leadership must pass on
@@ -9,23 +10,20 @@ higher epoch each time.
 from __future__ import annotations
 
 import signal
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 
 from soloist.config import DEFAULT_LEASE_TTL
-from soloist.models import Occurrence, State
+from soloist.models import Occurrence
 
 from .cluster import Cluster, Instance, wait_for
+from .history import assert_each_second_once, now, settled
 
 pytestmark = pytest.mark.acceptance
 
 APP = "leader_tick.py"
 TTL = DEFAULT_LEASE_TTL.total_seconds()
-
-
-def now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def first_run_by(history: list[Occurrence], runner: str, signal_at: datetime) -> Occurrence | None:
@@ -45,27 +43,6 @@ def failover_delay(run: Occurrence, signal_at: datetime) -> float:
     return (run.started_at - max(run.due_at, signal_at)).total_seconds()
 
 
-def assert_each_second_once(history: list[Occurrence], until: datetime) -> None:
-    """Every whole second from the first plan time to ``until`` succeeded exactly once."""
-    window = [o for o in history if o.plan_time <= until]
-    first = min(o.plan_time for o in window)
-    plans = sorted(o.plan_time for o in window)
-    expected = [
-        first + timedelta(seconds=k) for k in range(int((until - first).total_seconds()) + 1)
-    ]
-    assert plans == expected, (
-        f"missing {sorted(set(expected) - set(plans))}, extra {sorted(set(plans) - set(expected))}"
-    )
-    not_ok = [(o.plan_time, o.state.value) for o in window if o.state is not State.SUCCEEDED]
-    assert not_ok == []
-
-
-def settled(history: list[Occurrence], minimum: int) -> bool:
-    """At least ``minimum`` occurrences, and every one planned over 2 s ago succeeded."""
-    past = [o for o in history if o.plan_time <= now() - timedelta(seconds=2)]
-    return len(past) >= minimum and all(o.state is State.SUCCEEDED for o in past)
-
-
 def leader(cluster: Cluster, exclude: set[str] = frozenset()) -> tuple[str, int]:  # type: ignore[assignment]
     report = wait_for(
         lambda: (s := cluster.status())["leader_id"] not in (None, *exclude) and s,
@@ -79,31 +56,31 @@ def by_id(instances: list[Instance], iid: str) -> Instance:
     return next(i for i in instances if i.iid == iid)
 
 
-def test_leader_mode_fails_over_fast_and_runs_each_second_once(pg_cluster: Cluster) -> None:
+def test_leader_mode_fails_over_fast_and_runs_each_second_once(server_cluster: Cluster) -> None:
     """Leader mode: after kill -9 of the leader a follower leads (higher epoch) and its
     first run starts at most TTL + 1 s after the later of its due time and the kill; after
     SIGTERM of that leader, at most 1 s; every second ran exactly once, only leaders ran
     jobs."""
-    instances = pg_cluster.start_all(APP, "a", "b", "c", SOLOIST_MODE="leader")
-    first, epoch1 = leader(pg_cluster)
-    wait_for(lambda: len(pg_cluster.history("tick")) >= 3, 20, "a few ticks")
+    instances = server_cluster.start_all(APP, "a", "b", "c", SOLOIST_MODE="leader")
+    first, epoch1 = leader(server_cluster)
+    wait_for(lambda: len(server_cluster.history("tick")) >= 3, 20, "a few ticks")
 
     killed_at = now()
     by_id(instances, first).send(signal.SIGKILL)
-    second, epoch2 = leader(pg_cluster, exclude={first})
+    second, epoch2 = leader(server_cluster, exclude={first})
     took_over = wait_for(
-        lambda: first_run_by(pg_cluster.history("tick"), second, killed_at),
+        lambda: first_run_by(server_cluster.history("tick"), second, killed_at),
         TTL + 10,
         "the new leader to run the job",
     )
     assert failover_delay(took_over, killed_at) <= TTL + 1
-    wait_for(lambda: len(pg_cluster.history("tick")) >= 3, 20, "ticks under the new leader")
+    wait_for(lambda: len(server_cluster.history("tick")) >= 3, 20, "ticks under the new leader")
 
     by_id(instances, second).send(signal.SIGTERM)
     termed_at = now()
-    third, epoch3 = leader(pg_cluster, exclude={first, second})
+    third, epoch3 = leader(server_cluster, exclude={first, second})
     handed_over = wait_for(
-        lambda: first_run_by(pg_cluster.history("tick"), third, termed_at),
+        lambda: first_run_by(server_cluster.history("tick"), third, termed_at),
         10,
         "the third leader to run the job",
     )
@@ -117,7 +94,7 @@ def test_leader_mode_fails_over_fast_and_runs_each_second_once(pg_cluster: Clust
     by_id(instances, third).send(signal.SIGTERM)
     assert by_id(instances, third).wait(15) == 0
     until = stop - timedelta(seconds=2)
-    history = pg_cluster.history("tick")
+    history = server_cluster.history("tick")
     assert_each_second_once(history, until)
     runners = {o.instance_id for o in history if o.plan_time <= until}
     assert {second, third} <= runners <= {first, second, third}
@@ -131,24 +108,24 @@ def test_leader_mode_fails_over_fast_and_runs_each_second_once(pg_cluster: Clust
     ],
 )
 def test_distributed_mode_survives_kill_and_term(
-    pg_cluster: Cluster, offsets: tuple[str, str, str]
+    server_cluster: Cluster, offsets: tuple[str, str, str]
 ) -> None:
     """Distributed mode, clocks in step or skewed by +30 s and -30 s: after kill -9 of one
     instance and SIGTERM of another, every second still ran exactly once, none missed."""
     instances = [
-        pg_cluster.start(APP, iid, SOLOIST_MODE="distributed", SOLOIST_TEST_CLOCK_OFFSET=off)
+        server_cluster.start(APP, iid, SOLOIST_MODE="distributed", SOLOIST_TEST_CLOCK_OFFSET=off)
         for iid, off in zip(("a", "b", "c"), offsets, strict=True)
     ]
     for instance in instances:
         wait_for(lambda i=instance: f"instance {i.iid} started" in i.log(), 20, "start")
-    wait_for(lambda: len(pg_cluster.history("tick")) >= 4, 20, "a few ticks")
+    wait_for(lambda: len(server_cluster.history("tick")) >= 4, 20, "a few ticks")
     instances[0].send(signal.SIGKILL)
-    wait_for(lambda: len(pg_cluster.history("tick")) >= 8, 20, "ticks after the kill")
+    wait_for(lambda: len(server_cluster.history("tick")) >= 8, 20, "ticks after the kill")
     instances[1].send(signal.SIGTERM)
     assert instances[1].wait(15) == 0
     # The killed instance's last run is picked up once its lease (the default TTL) expires.
     wait_for(
-        lambda: settled(pg_cluster.history("tick"), minimum=14),
+        lambda: settled(server_cluster.history("tick"), minimum=14),
         TTL + 20,
         "every past tick to succeed",
     )
@@ -156,7 +133,7 @@ def test_distributed_mode_survives_kill_and_term(
     instances[2].send(signal.SIGTERM)
     assert instances[2].wait(15) == 0
     until = stop - timedelta(seconds=2)
-    history = pg_cluster.history("tick")
+    history = server_cluster.history("tick")
     assert_each_second_once(history, until)
     ran = {o.instance_id for o in history if o.plan_time <= until}
     assert "c" in ran and len(ran) >= 2
