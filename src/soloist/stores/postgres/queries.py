@@ -285,6 +285,17 @@ moved AS (
 {_ITEMS}
 """
 
+# Counts for metrics: one snapshot. The due count walks the claim index (its predicate is
+# the claimable states, its first column due_at); the pairs need a scan of the table, which
+# metrics read at most every few seconds. An empty table yields no row (due is then 0).
+_COUNTS = f"""
+WITH {_NOW}
+SELECT job, state, count(*),
+       (SELECT count(*) FROM {{schema}}.occurrences
+        WHERE state IN ('scheduled', 'failed') AND due_at <= (SELECT now FROM clock))
+FROM {{schema}}.occurrences GROUP BY job, state
+"""
+
 _HISTORY = "ORDER BY plan_time DESC, created_at DESC, seq DESC LIMIT %(limit)s"
 _JOB_COLUMNS = "name, task, schedule, dynamic, paused, payload, metadata, created_at"
 _JOB_VALUES = """
@@ -308,6 +319,7 @@ TEMPLATES: dict[str, str] = {
     "insert_many": _INSERT_MANY,
     "plan_first": _PLAN_FIRST,
     "plan_next": _PLAN_NEXT,
+    "counts": _COUNTS,
     "get": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE id = %(id)s",
     "attempts": f"SELECT {_ATTEMPT_COLUMNS} FROM {{schema}}.attempts "
     "WHERE occurrence_id = %(id)s ORDER BY fencing_token",
@@ -360,6 +372,7 @@ class Queries:
         self.insert_many = rendered["insert_many"]
         self.plan_first = rendered["plan_first"]
         self.plan_next = rendered["plan_next"]
+        self.counts = rendered["counts"]
         self.get = rendered["get"]
         self.get_by_key = rendered["get_by_key"]
         self.attempts = rendered["attempts"]

@@ -16,6 +16,7 @@ from soloist.models import (
     LeaderLease,
     NewOccurrence,
     Occurrence,
+    OccurrenceCounts,
     Outcome,
     PlanCursor,
     State,
@@ -271,6 +272,11 @@ class PostgresStore:
         params = {"job": job, "state": state_value, "limit": limit}
         query = self._sql.list[(job is not None, state is not None)]
         return [codec.occurrence(row) for row in await self._rows(query, params)]
+
+    async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
+        rows = await self._rows(self._sql.counts, {"now": self._at(now)})
+        counts = {(row[0], State(row[1])): int(row[2]) for row in rows}
+        return OccurrenceCounts(by_job_state=counts, due=int(rows[0][3]) if rows else 0)
 
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
         rows = await self._rows(self._sql.attempts, {"id": occurrence_id})
