@@ -1,0 +1,1 @@
+"""Browser tier: the web dashboard driven in a real headless chromium (Playwright)."""

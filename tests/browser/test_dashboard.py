@@ -1,0 +1,187 @@
+"""The dashboard in a real headless chromium against real ``soloist run --http`` servers."""
+
+from __future__ import annotations
+
+import re
+from playwright.sync_api import Locator, Page, Request, expect
+
+from .apps.dashboard_app import ERROR_MARKUP, IMG_NAME, SCRIPT_NAME
+from .conftest import TOKEN, PageWatch, Servers
+
+# Auto-waiting assertions retry until this many ms have passed: the page refreshes every
+# 2.5 s and the jobs run every 1-2 s on a loaded machine.
+expect.set_options(timeout=15_000)
+
+
+def open_dashboard(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.locator("#updated")).to_have_text(re.compile(r"^updated at "))
+
+
+def occurrence_requests(page: Page) -> list[str]:
+    """Record the URLs of every later ``api/occurrences`` request the page makes."""
+    seen: list[str] = []
+
+    def record(request: Request) -> None:
+        if "/api/occurrences?" in request.url:
+            seen.append(request.url)
+
+    page.on("request", record)
+    return seen
+
+
+def job_row(page: Page, name: str) -> Locator:
+    return page.locator("#jobs tbody tr").filter(
+        has=page.locator(".job-name").get_by_text(name, exact=True)
+    )
+
+
+def test_page_shows_header_jobs_and_instances(page: Page, servers: Servers) -> None:
+    """The page shows this instance, the leader, every job and both live instances."""
+    open_dashboard(page, servers.admin.url)
+    _, status = servers.admin.get("status")
+    expect(page.locator("#instance-id")).to_have_text("dash-admin")
+    expect(page.locator("#mode")).to_contain_text(status["mode"])
+    names = page.locator("#jobs .job-name")
+    for name in ("tick", "always-fails", "monthly-report", SCRIPT_NAME, IMG_NAME):
+        expect(names.get_by_text(name, exact=True)).to_have_count(1)
+    expect(job_row(page, "tick").locator(".state-succeeded")).to_have_text("succeeded")
+    expect(job_row(page, "always-fails").locator(".state-dead")).to_have_text("dead")
+    instances = page.locator("#instances tbody tr")
+    expect(instances.filter(has_text="dash-admin")).to_have_count(1)
+    expect(instances.filter(has_text="dash-viewer")).to_have_count(1)
+    # Exactly one instance is marked leader, and it is the one the store elected.
+    leader = page.locator("#instances .badge.leader")
+    expect(leader).to_have_count(1)
+    _, status = servers.admin.get("status")
+    if status["leader_id"]:
+        expect(page.locator("#leader")).to_contain_text(status["leader_id"])
+        expect(instances.filter(has=leader)).to_have_attribute("data-instance", status["leader_id"])
+
+
+def test_page_refreshes_itself_without_reloading(page: Page, servers: Servers) -> None:
+    """The "updated at" time moves on by itself while the document stays the same one."""
+    open_dashboard(page, servers.admin.url)
+    page.evaluate("window.sameDocument = true")
+    # Wait for a later second, so that two refreshes cannot render the same text.
+    first = page.locator("#updated").inner_text()
+    expect(page.locator("#updated")).not_to_have_text(first)
+    assert page.evaluate("window.sameDocument === true"), "the page was reloaded"
+
+
+def test_filters_narrow_history_and_are_kept(page: Page, servers: Servers) -> None:
+    """Choosing a job and a state narrows the history, in the request and on the page,
+    and the choice survives the automatic refreshes."""
+    open_dashboard(page, servers.admin.url)
+    rows = page.locator("#occurrences tbody tr[data-state]")
+    expect(rows.filter(has_text="tick").first).to_be_visible()
+    expect(rows.filter(has_text="always-fails").first).to_be_visible()
+    requests = occurrence_requests(page)
+
+    page.get_by_label("Job", exact=True).select_option("tick")
+    expect(rows.filter(has_not_text="tick")).to_have_count(0)
+    expect(rows.first).to_contain_text("tick")
+    assert any("job=tick" in url for url in requests), requests
+
+    page.get_by_label("State", exact=True).select_option("dead")
+    expect(page.locator("#occurrences tbody")).to_contain_text("no occurrences match")
+    page.get_by_label("Job", exact=True).select_option("always-fails")
+    expect(rows.filter(has_not_text="always-fails")).to_have_count(0)
+    expect(page.locator("#occurrences tbody tr:not([data-state='dead'])")).to_have_count(0)
+    expect(rows.first).to_have_attribute("data-state", "dead")
+
+    # The next two automatic refreshes still ask for the chosen job and state.
+    wanted = re.compile(r"job=always-fails.*state=dead|state=dead.*job=always-fails")
+    for _ in range(2):
+        with page.expect_request(lambda r: "job=" in r.url, timeout=10_000) as req:
+            pass
+        assert wanted.search(req.value.url), req.value.url
+    expect(page.get_by_label("Job", exact=True)).to_have_value("always-fails")
+    expect(page.get_by_label("State", exact=True)).to_have_value("dead")
+
+
+def test_markup_in_names_and_errors_is_shown_as_text(
+    page: Page, servers: Servers, watch: PageWatch
+) -> None:
+    """Job names and error messages made of HTML appear literally; nothing is injected."""
+    open_dashboard(page, servers.admin.url)
+    names = page.locator("#jobs .job-name")
+    expect(names.get_by_text(SCRIPT_NAME, exact=True)).to_have_count(1)
+    expect(names.get_by_text(IMG_NAME, exact=True)).to_have_count(1)
+    expect(page.locator("#failures .error-message").first).to_contain_text(ERROR_MARKUP)
+    expect(
+        page.get_by_label("Job", exact=True).locator("option", has_text=SCRIPT_NAME)
+    ).to_have_count(1)
+    # The page's own script is the only script; no element came from the data.
+    expect(page.locator("script")).to_have_count(1)
+    expect(page.locator("img")).to_have_count(0)
+    expect(page.locator("main b")).to_have_count(0)
+    assert watch.dialogs == []
+
+
+def test_actions_need_the_token(page: Page, servers: Servers) -> None:
+    """Trigger is refused with 401 without the token, accepted with it (202), and the new
+    occurrence then shows in the history; the token stays out of the URL."""
+    open_dashboard(page, servers.admin.url)
+    expect(page.locator("#readonly")).to_be_hidden()
+    page.get_by_label("Job", exact=True).select_option("monthly-report")
+    history = page.locator("#occurrences tbody")
+    expect(history).to_contain_text("no occurrences match")
+    trigger = page.get_by_role("button", name="trigger monthly-report", exact=True)
+
+    trigger.click()
+    expect(page.locator("#message")).to_contain_text("refused, HTTP 401")
+    page.get_by_label("API token", exact=True).fill("wrong-" + TOKEN)
+    trigger.click()
+    expect(page.locator("#message")).to_contain_text("refused, HTTP 401")
+    expect(history).to_contain_text("no occurrences match")
+
+    page.get_by_label("API token", exact=True).fill(TOKEN)
+    trigger.click()
+    expect(page.locator("#message")).to_contain_text("accepted, HTTP 202")
+    triggered = history.locator("tr[data-state]").filter(has_text="monthly-report")
+    expect(triggered).to_have_count(1)
+    expect(triggered.locator(".state")).to_have_text("succeeded")
+    assert TOKEN not in page.url
+    assert page.evaluate("sessionStorage.getItem('soloist.token')") == TOKEN
+
+    # The token is kept for the tab: after a reload the next action is accepted at once.
+    page.reload()
+    expect(page.get_by_label("API token", exact=True)).to_have_value(TOKEN)
+
+
+def test_pause_resume_and_retry_dead(page: Page, servers: Servers) -> None:
+    """With the token, pause and resume flip a job's paused flag, and a dead occurrence
+    can be retried from the failures panel."""
+    page.add_init_script(f"sessionStorage.setItem('soloist.token', {TOKEN!r})")
+    open_dashboard(page, servers.admin.url)
+    row = job_row(page, IMG_NAME)
+    row.get_by_role("button", name="pause").click()
+    expect(page.locator("#message")).to_contain_text("accepted, HTTP 200")
+    expect(row.locator(".badge.paused")).to_have_text("paused")
+    row.get_by_role("button", name="resume").click()
+    expect(row.locator(".badge.paused")).to_have_count(0)
+
+    dead = page.locator("#failures tbody tr").filter(has_text="always-fails").first
+    expect(dead.locator(".state")).to_have_text("dead")
+    dead.get_by_role("button", name=re.compile("^retry")).click()
+    expect(page.locator("#message")).to_contain_text("accepted, HTTP 202")
+
+
+def test_job_whose_name_has_a_slash_can_be_triggered(page: Page, servers: Servers) -> None:
+    """A name such as ``<script>alert(1)</script>`` (it has a "/") reaches the right job."""
+    page.add_init_script(f"sessionStorage.setItem('soloist.token', {TOKEN!r})")
+    open_dashboard(page, servers.admin.url)
+    job_row(page, SCRIPT_NAME).get_by_role("button", name="trigger").click()
+    expect(page.locator("#message")).to_contain_text("accepted, HTTP 202")
+
+
+def test_server_without_token_is_read_only(page: Page, servers: Servers) -> None:
+    """Without SOLOIST_TOKEN the page says it is read-only and offers no usable action."""
+    open_dashboard(page, servers.viewer.url)
+    expect(page.locator("#instance-id")).to_have_text("dash-viewer")
+    expect(page.get_by_text("read-only: set SOLOIST_TOKEN")).to_be_visible()
+    expect(page.get_by_label("API token", exact=True)).to_be_hidden()
+    buttons = page.locator("#jobs button")
+    expect(buttons.first).to_be_visible()
+    expect(page.locator("#jobs button:enabled, #failures button:enabled")).to_have_count(0)
