@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+
 from playwright.sync_api import Locator, Page, Request, expect
 
 from .apps.dashboard_app import ERROR_MARKUP, IMG_NAME, SCRIPT_NAME
