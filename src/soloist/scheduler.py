@@ -12,14 +12,15 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from soloist import logs
 from soloist.clock import Clock, SystemClock
 from soloist.config import Config
 from soloist.errors import ConfigError, SoloistError
 from soloist.models import Attempt, JobRecord, Occurrence, State
-from soloist.operations import Operations
+from soloist.metrics import Metrics
+from soloist.operations import Operations, mask_url
 from soloist.registry import (
     Handler,
     JobDef,
@@ -34,6 +35,9 @@ from soloist.runtime.elector import LeadershipCallback
 from soloist.schedules import Schedule
 from soloist.stores import open_store
 from soloist.stores.base import Store
+
+if TYPE_CHECKING:
+    from soloist.http.server import HttpServer
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Handler)
@@ -60,6 +64,8 @@ class Scheduler:
         grace_period: object = "30s",
         misfire_grace: object = "10s",
         clock: Clock | None = None,
+        http: object = None,
+        token: str | None = None,
     ) -> None:
         url = store.url if isinstance(store, Store) else store
         if url is not None and not isinstance(url, str):
@@ -74,8 +80,13 @@ class Scheduler:
             poll_interval=poll_interval,
             grace_period=grace_period,
             misfire_grace=misfire_grace,
+            http=http,
+            token=token,
         )
         self.clock: Clock = clock or SystemClock()
+        #: This instance's Prometheus metrics (served by ``GET /metrics``).
+        self.metrics = Metrics(self.config.instance_id, self.config.mode)
+        self._http: HttpServer | None = None
         self._given_store = store if isinstance(store, Store) else None
         self._store: Store | None = None
         self._store_ready = False
@@ -257,6 +268,34 @@ class Scheduler:
         """An occurrence and the audit log of each of its attempts (who, when, why)."""
         return self._call(self.aattempts(occurrence_id))
 
+    async def aretry(self, occurrence_id: str) -> str:
+        return (await self.ops.retry(occurrence_id)).id
+
+    def retry(self, occurrence_id: str) -> str:
+        """Run a ``dead`` occurrence again: a new occurrence due now, with the same job,
+        scope and payload; returns its id (the same one if retried before)."""
+        return self._call(self.aretry(occurrence_id))
+
+    async def astatus(self) -> dict[str, Any]:
+        runtime = self._runtime
+        cluster = await self.ops.cluster(self.config.election)
+        return {
+            "instance_id": self.instance_id,
+            "mode": self.config.mode,
+            "running": runtime is not None,
+            "is_leader": self.is_leader,
+            "will_execute_jobs": runtime is not None and runtime.plans(),
+            "actions_enabled": self.config.token is not None,
+            "store": mask_url(self.config.store_url),
+            **cluster,
+        }
+
+    def status(self) -> dict[str, Any]:
+        """This instance, the leader and its epoch, the live instances and every job with
+        its next plan time and last outcome (what ``GET /status`` and ``soloist status``
+        show)."""
+        return self._call(self.astatus())
+
     # -- leadership -----------------------------------------------------------------------------
     @property
     def is_leader(self) -> bool:
@@ -294,12 +333,18 @@ class Scheduler:
     def runtime(self) -> Runtime | None:
         return self._runtime
 
-    async def start(self) -> None:
-        """Start planning and executing in the running event loop (e.g. an ASGI lifespan)."""
+    async def start(self, *, workers: bool = True) -> None:
+        """Start planning and executing in the running event loop (e.g. an ASGI lifespan).
+
+        With ``workers=False`` only open the store and bind the sync calls (``enqueue``
+        from a worker thread) to this loop: nothing is planned or run here, because other
+        processes run the workers. :meth:`stop` closes the store either way."""
         if self._runtime is not None:
             return
         store = await self._ready_store()
         self._loop = asyncio.get_running_loop()
+        if not workers:
+            return
         self._runtime = Runtime(
             store,
             self.registry,
@@ -307,11 +352,26 @@ class Scheduler:
             self.clock,
             on_elected=self._on_elected,
             on_demoted=self._on_demoted,
+            metrics=self.metrics,
         )
         await self._runtime.start()
+        if self.config.http is not None and self._http is None:
+            from soloist.http.server import HttpServer  # the optional extra soloist[http]
+
+            host, port = self.config.http
+            self._http = HttpServer(self, host, port)
+            await self._http.start()
+
+    @property
+    def http_address(self) -> tuple[str, int] | None:
+        """Where the HTTP endpoint listens (the bound port if 0 was asked), or None."""
+        return self._http.address if self._http is not None else None
 
     async def stop(self) -> None:
         """Stop gracefully (see :class:`Runtime`) and close the store. Safe twice."""
+        http, self._http = self._http, None
+        if http is not None:
+            await http.stop()
         runtime, self._runtime = self._runtime, None
         if runtime is not None:
             await runtime.stop()
@@ -354,6 +414,10 @@ class Scheduler:
         if not logging.getLogger().handlers:
             logs.configure("INFO", "text")
         asyncio.run(self.serve(handle_signals=True))
+
+    async def astore(self) -> Store:
+        """The store, opened (and migrated) on first use, in the running event loop."""
+        return await self._ready_store()
 
     # -- plumbing -----------------------------------------------------------------------------
     async def _ready_store(self) -> Store:

@@ -1,0 +1,16 @@
+"""soloist in a Django project: add ``"soloist.contrib.django"`` to ``INSTALLED_APPS`` and
+name your scheduler in the settings::
+
+    SOLOIST_APP = "myproject.tasks:app"      # module:attribute of a soloist.Scheduler
+
+Then ``python manage.py soloist run`` runs the workers with Django set up (models, settings,
+logging), and ``python manage.py soloist status`` (``jobs``, ``history``, ``trigger``,
+``enqueue``...) runs the ``soloist`` command against that scheduler's store. Views enqueue
+with the sync API: ``app.enqueue(send_welcome, to=user.email)``.
+"""
+
+from __future__ import annotations
+
+from soloist.contrib.django.settings import SETTING, app_spec, get_scheduler
+
+__all__ = ["SETTING", "app_spec", "get_scheduler"]
