@@ -24,6 +24,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from glob import glob
@@ -166,3 +167,109 @@ def make_postgres_url(postgres_dsn: str) -> Iterator[Callable[[], str]]:
 def postgres_url(make_postgres_url: Callable[[], str]) -> str:
     """A store URL on the session's server, in a fresh schema of its own."""
     return make_postgres_url()
+
+
+# -- Redis ----------------------------------------------------------------------------------
+# ``redis_server`` (once per session) finds a server as ``postgres_dsn`` does: the URL in
+# ``SOLOIST_TEST_REDIS_URL``; else 127.0.0.1:6379 if it answers PING; else a throwaway
+# ``redis-server`` from the local binary on a free port (no persistence, stopped at the end
+# of the session); else a loud skip, or a failure with ``CI=true``. Each test gets a fresh
+# key prefix whose keys are deleted afterwards.
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def redis_unreachable(url: str) -> str | None:
+    """None if ``url`` answers PING, else why not."""
+    import redis
+
+    try:
+        with redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3) as client:
+            client.ping()
+    except redis.RedisError as exc:
+        return str(exc).strip() or type(exc).__name__
+    return None
+
+
+def start_throwaway_redis() -> tuple[str, Callable[[], None]] | str:
+    """Start a private redis-server; return (its URL, a function that stops it), or the
+    reason it could not be started."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return "no redis-server in PATH"
+    workdir = Path(tempfile.mkdtemp(prefix="soloist-redis-"))
+    port = _free_port()
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", str(workdir)]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def stop() -> None:
+        proc.kill()
+        proc.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    deadline = time.monotonic() + 20
+    problem = redis_unreachable(url)
+    while problem is not None and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        problem = redis_unreachable(url)
+    if problem is not None:
+        stop()
+        return f"redis-server did not answer on port {port}: {problem}"
+    return url, stop
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """The URL of a Redis server for this session (see the comment above)."""
+    explicit = os.environ.get("SOLOIST_TEST_REDIS_URL")
+    if explicit:
+        problem = redis_unreachable(explicit)
+        if problem is not None:
+            pytest.fail(f"SOLOIST_TEST_REDIS_URL={_masked(explicit)} does not answer: {problem}")
+        yield explicit
+        return
+    if redis_unreachable(LOCAL_REDIS) is None:
+        yield LOCAL_REDIS
+        return
+    started = start_throwaway_redis()
+    if not isinstance(started, str):
+        url, stop = started
+        try:
+            yield url
+        finally:
+            stop()
+        return
+    reason = (
+        "Redis TESTS NOT RUN: no server. Set SOLOIST_TEST_REDIS_URL=redis://..., run one at "
+        f"{LOCAL_REDIS}, or install redis-server ({started})"
+    )
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def make_redis_url(redis_server: str) -> Iterator[Callable[[], str]]:
+    """Makes store URLs on the session's server, each with a fresh key prefix
+    (``t-<hex>``); the keys of every prefix made are deleted afterwards."""
+    import redis
+
+    made: list[str] = []
+
+    def make() -> str:
+        made.append(f"t-{uuid.uuid4().hex}")
+        return f"{redis_server}{'&' if '?' in redis_server else '?'}prefix={made[-1]}"
+
+    yield make
+    with redis.Redis.from_url(redis_server) as client:
+        for prefix in made:
+            keys = list(client.scan_iter(match=f"{{{prefix}}}:*", count=1000))
+            for start in range(0, len(keys), 500):
+                client.delete(*keys[start : start + 500])
+
+
+@pytest.fixture
+def redis_url(make_redis_url: Callable[[], str]) -> str:
+    """A store URL on the session's server, with a fresh key prefix of its own."""
+    return make_redis_url()

@@ -1,5 +1,5 @@
 """Store implementations, selected by URL scheme (``sqlite:///path``, ``memory://``,
-``postgresql://...``).
+``postgresql://...``, ``redis://...``).
 
 Drivers are imported lazily so that the core never imports one it does not use.
 """
@@ -15,7 +15,7 @@ DEFAULT_STORE_URL = "sqlite:///soloist.db"
 __all__ = ["DEFAULT_STORE_URL", "Store", "check_store_url", "open_store"]
 
 
-SCHEMES = ("sqlite", "memory", "postgresql", "postgres")
+SCHEMES = ("sqlite", "memory", "postgresql", "postgres", "redis", "rediss")
 
 
 def check_store_url(url: str) -> str:
@@ -26,7 +26,7 @@ def check_store_url(url: str) -> str:
     if scheme not in SCHEMES:
         raise ConfigError(
             f"unsupported store URL scheme {scheme!r} in {url!r}: "
-            "expected 'sqlite', 'memory' or 'postgresql'"
+            "expected 'sqlite', 'memory', 'postgresql' or 'redis'"
         )
     return scheme
 
@@ -47,6 +47,15 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
                 f"({exc})"
             ) from None
         return PostgresStore(url, clock=clock)
+    if scheme in ("redis", "rediss"):
+        try:
+            from soloist.stores.redis import RedisStore
+        except ImportError as exc:
+            raise ConfigError(
+                f"store URL scheme {scheme!r} needs redis-py: pip install 'soloist[redis]' "
+                f"({exc})"
+            ) from None
+        return RedisStore(url, clock=clock)
     from soloist.stores.sqlite import SQLiteStore
 
     return SQLiteStore(url, clock=clock)

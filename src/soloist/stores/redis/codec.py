@@ -1,0 +1,218 @@
+"""Values between Python and the Redis scripts: times as integers of microseconds since the
+epoch, optional strings as ``''`` (None) or ``'=' + text``, rows in the scripts' field order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from soloist.clock import UTC
+from soloist.errors import ConfigError
+from soloist.models import (
+    Attempt,
+    InstanceInfo,
+    JobRecord,
+    Kind,
+    LeaderLease,
+    NewOccurrence,
+    Occurrence,
+    Outcome,
+    Overlap,
+    State,
+)
+from soloist.payload import validate_payload
+from soloist.stores._values import aware_utc, new_ids, object_json, result_json
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+#: Added to plan times in sort keys so that every datetime gives a non-negative number.
+_PLAN_OFFSET = -((datetime(1, 1, 1, tzinfo=UTC) - EPOCH) // _US)
+_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
+
+#: The fields of an occurrence row as the scripts return them (``FIELDS`` in lib.lua).
+FIELDS = [
+    *("id", "key", "job", "task", "scope", "plan", "due", "kind", "state", "att", "max"),
+    *("ovl", "payload", "inst", "lease", "tok", "created", "started", "finished", "ecode"),
+    *("emsg", "result"),
+]
+
+Row = Sequence[Any]
+
+
+def to_us(moment: datetime) -> int:
+    return (moment - EPOCH) // _US
+
+
+def us_text(moment: datetime, what: str) -> str:
+    """An aware datetime as the text of its microseconds since the epoch."""
+    return str(to_us(aware_utc(moment, what)))
+
+
+def from_us(text: str | int) -> datetime:
+    return EPOCH + timedelta(microseconds=int(text))
+
+
+def _opt_time(text: str | None) -> datetime | None:
+    return from_us(text) if text is not None else None
+
+
+def opt(text: str | None) -> str:
+    """An optional string for a script: ``''`` is None, anything else is ``'=' + text``."""
+    return "" if text is None else "=" + text
+
+
+def item_args(items: Sequence[NewOccurrence]) -> list[object]:
+    """The 12 script arguments of each new occurrence (see insert.lua), validated first:
+    a bad payload or a naive time raises before anything is sent."""
+    args: list[object] = []
+    for item, occ_id in zip(items, new_ids(len(items)), strict=True):
+        plan = to_us(aware_utc(item.plan_time, "plan_time"))
+        args += [
+            occ_id,
+            item.dedupe_key,
+            item.job,
+            item.task,
+            item.scope,
+            str(plan),
+            f"{plan + _PLAN_OFFSET:018d}",
+            us_text(item.due_at, "due_at"),
+            Kind(item.kind).value,
+            int(item.max_attempts),
+            Overlap(item.overlap).value,
+            object_json(item.payload, f"payload of {item.dedupe_key!r}"),
+        ]
+    return args
+
+
+def outcome_args(outcomes: Sequence[Outcome]) -> list[object]:
+    """The 7 script arguments of each outcome (see runner.lua), validated first."""
+    args: list[object] = []
+    for o in outcomes:
+        if o.state not in _OUTCOME_STATES:
+            raise ConfigError(
+                f"invalid outcome state {o.state!r} for {o.id}: expected succeeded, failed or dead"
+            )
+        retry = us_text(o.retry_at, "retry_at") if o.retry_at is not None else ""
+        args += [
+            o.id,
+            str(o.fencing_token),
+            State(o.state).value,
+            retry,
+            opt(o.error_code),
+            opt(o.error_message),
+            opt(result_json(o.result)),
+        ]
+    return args
+
+
+def occurrence(row: Row) -> Occurrence:
+    """An occurrence from a row in :data:`FIELDS` order."""
+    (
+        occ_id, key, job, task, scope, plan, due, kind, state, att, max_att, overlap,
+        payload, instance, lease, token, created, started, finished, code, message, result,
+    ) = row  # fmt: skip
+    return Occurrence(
+        id=occ_id,
+        dedupe_key=key,
+        job=job,
+        task=task,
+        scope=scope,
+        plan_time=from_us(plan),
+        due_at=from_us(due),
+        kind=Kind(kind),
+        state=State(state),
+        attempt=int(att),
+        max_attempts=int(max_att),
+        overlap=Overlap(overlap),
+        payload=json.loads(payload),
+        instance_id=instance,
+        lease_expires_at=_opt_time(lease),
+        fencing_token=int(token),
+        created_at=from_us(created),
+        started_at=_opt_time(started),
+        finished_at=_opt_time(finished),
+        error_code=code,
+        error_message=message,
+        result=json.loads(result) if result is not None else None,
+    )
+
+
+def attempt(occurrence_id: str, text: str) -> Attempt:
+    """An attempt record from its JSON (written by ``log`` in lib.lua)."""
+    rec = json.loads(text)
+    started = rec.get("started")
+    return Attempt(
+        occurrence_id=occurrence_id,
+        attempt=int(rec["att"]),
+        fencing_token=int(rec["tok"]),
+        instance_id=rec.get("inst"),
+        started_at=from_us(started) if started else None,
+        finished_at=from_us(rec["finished"]),
+        outcome=rec["outcome"],
+        error_code=rec.get("ecode"),
+        error_message=rec.get("emsg"),
+    )
+
+
+def job_args(record: JobRecord) -> list[str]:
+    """The 8 script arguments of a job (see jobs.lua), validated first."""
+    name = record.name
+    created = us_text(record.created_at, "created_at") if record.created_at else ""
+    return [
+        name,
+        record.task,
+        object_json(record.schedule, f"schedule of job {name!r}"),
+        object_json(record.payload, f"payload of job {name!r}"),
+        object_json(record.metadata, f"metadata of job {name!r}"),
+        "1" if record.dynamic else "0",
+        "1" if record.paused else "0",
+        created,
+    ]
+
+
+def job(name: str, fields: Row) -> JobRecord:
+    """A job from its name and its fields in jobs.lua's ``JOB`` order."""
+    task, schedule, payload, metadata, dynamic, paused, created = fields
+    return JobRecord(
+        name=name,
+        task=task,
+        schedule=json.loads(schedule),
+        dynamic=dynamic == "1",
+        paused=paused == "1",
+        payload=json.loads(payload),
+        metadata=json.loads(metadata),
+        created_at=from_us(created),
+    )
+
+
+def leader_lease(name: str, fields: Row) -> LeaderLease:
+    holder, epoch, elected, expires = fields
+    return LeaderLease(name, holder, int(epoch), from_us(elected), from_us(expires))
+
+
+def instance_args(info: InstanceInfo) -> list[str]:
+    """The id, info JSON and start time of a heartbeat, validated first."""
+    metadata = validate_payload(info.metadata, what=f"metadata of instance {info.instance_id!r}")
+    text = json.dumps(
+        {"mode": info.mode, "hostname": info.hostname, "pid": info.pid, "metadata": metadata},
+        allow_nan=False,
+    )
+    return [info.instance_id, text, us_text(info.started_at, "started_at")]
+
+
+def instance(fields: Row) -> InstanceInfo:
+    instance_id, text, started, seen, expires = fields
+    info = json.loads(text)
+    return InstanceInfo(
+        instance_id=instance_id,
+        mode=info["mode"],
+        hostname=info["hostname"],
+        pid=int(info["pid"]),
+        started_at=from_us(started),
+        last_seen=from_us(seen),
+        expires_at=from_us(expires),
+        metadata=info["metadata"],
+    )

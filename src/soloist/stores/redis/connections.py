@@ -1,0 +1,205 @@
+"""Connections of one Redis store: a client (with its connection pool) per event loop, a
+pub/sub subscription for wake-ups, the Lua scripts called by SHA, and the translation of
+driver errors into soloist's.
+
+redis-py's asyncio connections belong to the loop that opened them. The sync API of
+soloist runs short calls on other loops (a private one, or ``asyncio.run`` per call), so
+clients are kept per loop; a client whose loop has ended is dropped (its sockets are
+closed by the garbage collector: they cannot be closed politely without their loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from soloist.errors import StoreError, StoreUnavailableError
+from soloist.stores.redis.url import RedisTarget
+
+__all__ = ["SCRIPTS", "Connections", "script_source"]
+
+#: The scripts, each run as ``lib.lua`` followed by its own body (see lua/).
+SCRIPTS = ("insert", "claim", "runner", "reap", "read", "leader", "jobs", "instances")
+
+
+@cache
+def script_source(name: str) -> str:
+    """The full source of script ``name``: the shared head, then its body."""
+    folder = resources.files("soloist.stores.redis") / "lua"
+    lib = (folder / "lib.lua").read_text(encoding="utf-8")
+    return lib + "\n" + (folder / f"{name}.lua").read_text(encoding="utf-8")
+
+
+@cache
+def script_sha(name: str) -> str:
+    return hashlib.sha1(script_source(name).encode("utf-8")).hexdigest()  # noqa: S324 (Redis' name)
+
+
+class Connections:
+    """Clients (per event loop) and the wake-up subscription of one store. Thread-safe."""
+
+    def __init__(self, target: RedisTarget, *, max_connections: int = 16) -> None:
+        self.target = target
+        self._max_connections = max_connections
+        self._lock = threading.Lock()
+        self._clients: dict[asyncio.AbstractEventLoop, aioredis.Redis] = {}
+        self._pubsub: tuple[asyncio.AbstractEventLoop, PubSub] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    # -- errors -----------------------------------------------------------------------------
+    @contextmanager
+    def translated(self) -> Iterator[None]:
+        """Driver errors as StoreError: StoreUnavailableError when the server cannot be
+        reached or does not answer in time. Messages name the server, never the password."""
+        try:
+            yield
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise StoreUnavailableError(self._message(exc)) from None
+        except RedisError as exc:
+            raise StoreError(self._message(exc)) from None
+
+    def _message(self, exc: BaseException) -> str:
+        text = self.target.scrub(str(exc)).strip() or type(exc).__name__
+        return f"Redis store {self.target.display}: {text}"
+
+    # -- clients ----------------------------------------------------------------------------
+    def client(self) -> aioredis.Redis:
+        """The client of the running event loop, made on first use (it connects lazily)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self.closed:
+                raise StoreError(f"Redis store {self.target.display} is closed")
+            found = self._clients.get(loop)
+            if found is None:
+                for old in [old for old in self._clients if old.is_closed()]:
+                    del self._clients[old]
+                found = self._clients[loop] = self._new_client()
+            return found
+
+    def _new_client(self) -> aioredis.Redis:
+        client: aioredis.Redis = aioredis.Redis.from_url(
+            self.target.driver_url,
+            decode_responses=True,
+            socket_timeout=self.target.socket_timeout,
+            socket_connect_timeout=self.target.socket_connect_timeout,
+            max_connections=self._max_connections,
+            # No silent retries: a script may have run before its reply was lost, and
+            # running a claim or a completion twice is not the same as once. The runtime
+            # backs off and calls again, knowing what it asks for.
+            retry=Retry(NoBackoff(), 0),
+            client_name="soloist",
+        )
+        return client
+
+    async def run(self, name: str, args: Sequence[object]) -> Any:
+        """Run script ``name`` with ``args`` (after the common four: base, now, history
+        bounds) by SHA, loading it first when the server does not know it (a new or
+        restarted server, SCRIPT FLUSH). Driver errors raised: call inside translated()."""
+        client: Any = self.client()  # redis-py's types mix its sync and async faces
+        try:
+            return await client.evalsha(script_sha(name), 0, *args)
+        except NoScriptError:
+            await client.script_load(script_source(name))
+            return await client.evalsha(script_sha(name), 0, *args)
+
+    async def load_scripts(self) -> None:
+        """Load every script into the server's script cache (SCRIPT LOAD)."""
+        client: Any = self.client()
+        for name in SCRIPTS:
+            sha = await client.script_load(script_source(name))
+            if sha != script_sha(name):
+                raise StoreError(f"Redis store {self.target.display}: script {name} got SHA {sha}")
+
+    # -- waking -----------------------------------------------------------------------------
+    async def subscription(self) -> tuple[PubSub, bool]:
+        """The wake-up subscription of the running loop, and whether it is new (made by
+        this call: wake-ups published before it existed were not received)."""
+        loop = asyncio.get_running_loop()
+        current = self._pubsub
+        if current is not None and current[0] is loop:
+            return current[1], False
+        self.drop_subscription()
+        pubsub = self.client().pubsub()
+        try:
+            await pubsub.subscribe(self.target.channel)
+            # Read the confirmation, so that later reads only see wake-ups.
+            deadline = loop.time() + self.target.socket_timeout
+            while True:
+                message = await pubsub.get_message(timeout=max(0.0, deadline - loop.time()))
+                if message is not None and message.get("type") == "subscribe":
+                    break
+                if loop.time() >= deadline:
+                    raise StoreUnavailableError(
+                        f"Redis store {self.target.display}: no answer to SUBSCRIBE"
+                    )
+        except BaseException:
+            self._close_later(pubsub)
+            raise
+        self._pubsub = (loop, pubsub)
+        return pubsub, True
+
+    def drop_subscription(self) -> None:
+        """Forget the subscription (closed in the background if its loop runs); the next
+        wait subscribes again."""
+        current, self._pubsub = self._pubsub, None
+        if current is not None and current[0] is _running_loop():
+            self._close_later(current[1])
+
+    def _close_later(self, pubsub: PubSub) -> None:
+        task = asyncio.get_running_loop().create_task(_quietly(_closer(pubsub)))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    # -- closing ----------------------------------------------------------------------------
+    async def close_all(self) -> None:
+        """Close the client of the running loop and forget the others; later calls raise
+        StoreError. Idempotent."""
+        with self._lock:
+            self.closed = True
+            clients, self._clients = self._clients, {}
+        current, self._pubsub = self._pubsub, None
+        running = asyncio.get_running_loop()
+        if current is not None and current[0] is running:
+            await _quietly(_closer(current[1]))
+        for loop, client in clients.items():
+            if loop is running:
+                await _quietly(client.aclose())
+            elif loop.is_running():  # a loop in another thread: close it there
+                future = asyncio.run_coroutine_threadsafe(_quietly(client.aclose()), loop)
+                await asyncio.wait([asyncio.wrap_future(future)], timeout=5)
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=5)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _closer(closable: Any) -> Any:
+    """``closable.aclose()`` (untyped in redis-py)."""
+    return closable.aclose()
+
+
+async def _quietly(closing: Any) -> None:
+    # Closing a broken connection: nothing is left to release.
+    with contextlib.suppress(RedisError, OSError, RuntimeError):
+        await closing

@@ -1,0 +1,128 @@
+-- Shared head of every soloist script (see soloist/stores/redis/__init__.py for the data
+-- model). ARGV[1]: the key base "{prefix}"; ARGV[2]: the instant in microseconds since
+-- the epoch, or "" for the server's TIME; ARGV[3]: history count limit (0: none);
+-- ARGV[4]: history age limit in microseconds (0: none). Script arguments start at ARGV[5].
+-- Times are integers of microseconds (exact in Lua's doubles until the year 2255).
+local B = ARGV[1]
+local NOW
+if ARGV[2] ~= '' then
+  NOW = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- Work due no later than this after it is written wakes idle instances.
+local HORIZON = 60000000
+-- Fields of an occurrence hash, in the order soloist.stores.redis.codec reads them.
+local FIELDS = {'id', 'key', 'job', 'task', 'scope', 'plan', 'due', 'kind', 'state', 'att',
+  'max', 'ovl', 'payload', 'inst', 'lease', 'tok', 'created', 'started', 'finished', 'ecode',
+  'emsg', 'result'}
+
+local function us(n)
+  return string.format('%.0f', n)
+end
+local NOW_US = us(NOW)
+
+local function okey(id)
+  return B .. ':o:' .. id
+end
+
+local function row(id)
+  return redis.call('HMGET', okey(id), unpack(FIELDS))
+end
+
+-- Optional strings travel as '' (None) or '=' .. text.
+local function opt(v)
+  if v == '' then return nil end
+  return string.sub(v, 2)
+end
+
+local function setopt(k, field, v)
+  if v == nil then redis.call('HDEL', k, field) else redis.call('HSET', k, field, v) end
+end
+
+-- A state change of one occurrence: its state index and the (job, state) counters.
+local function move(ord, job, from, to)
+  if from then
+    redis.call('ZREM', B .. ':st:' .. from, ord)
+    local f = job .. '\0' .. from
+    if redis.call('HINCRBY', B .. ':counts', f, -1) <= 0 then redis.call('HDEL', B .. ':counts', f) end
+  end
+  if to then
+    redis.call('ZADD', B .. ':st:' .. to, 0, ord)
+    redis.call('HINCRBY', B .. ':counts', job .. '\0' .. to, 1)
+  end
+end
+
+local woken = false
+local function wake(due)
+  if not woken and due <= NOW + HORIZON then
+    redis.call('PUBLISH', B .. ':wake', 'work')
+    woken = true
+  end
+end
+
+-- How many occurrences of a (job, scope) run: the overlap rule's question.
+local function busy(job, scope, n)
+  local f = job .. '\0' .. scope
+  if redis.call('HINCRBY', B .. ':busy', f, n) <= 0 then redis.call('HDEL', B .. ':busy', f) end
+end
+
+-- The fields a runner's write reads: the fence, and what the attempt record needs.
+local HELD = {'state', 'inst', 'tok', 'job', 'scope', 'task', 'ord', 'att', 'started', 'max', 'due'}
+local function held(id, tok, instance)
+  local h = redis.call('HMGET', okey(id), unpack(HELD))
+  if h[1] ~= 'running' or h[2] ~= instance or h[3] ~= tok then return nil end
+  return h
+end
+
+-- Append the audit record of the attempt ``h`` (a HELD read of a running row) ends with.
+local function log(id, h, outcome, ecode, emsg)
+  local rec = {att = h[8], tok = h[3], inst = h[2] or nil, started = h[9] or nil,
+    finished = NOW_US, outcome = outcome, ecode = ecode, emsg = emsg}
+  redis.call('RPUSH', B .. ':a:' .. id, cjson.encode(rec))
+end
+
+-- The attempt is over: off the lease index, one runner less for the overlap rule.
+local function stopped(id, h)
+  redis.call('ZREM', B .. ':running', id)
+  busy(h[4], h[5], -1)
+  redis.call('HDEL', okey(id), 'lease')
+end
+
+local function finished(id)
+  redis.call('ZADD', B .. ':done', NOW, id)
+end
+
+-- Forget a finished occurrence entirely (history retention).
+local function drop(id)
+  local k = okey(id)
+  local h = redis.call('HMGET', k, 'key', 'job', 'state', 'ord')
+  if h[4] then
+    redis.call('ZREM', B .. ':all', h[4])
+    redis.call('ZREM', B .. ':job:' .. h[2], h[4])
+    move(h[4], h[2], h[3], nil)
+    if redis.call('HGET', B .. ':dedupe', h[1]) == id then redis.call('HDEL', B .. ':dedupe', h[1]) end
+  end
+  redis.call('DEL', k, B .. ':a:' .. id)
+  redis.call('ZREM', B .. ':done', id)
+end
+
+-- Trim the history to its bounds, at most ``budget`` occurrences per call (the rest on
+-- later calls: every finishing write trims more than it adds).
+local function trim(budget)
+  local done = B .. ':done'
+  local age = tonumber(ARGV[4])
+  if age > 0 then
+    local old = redis.call('ZRANGEBYSCORE', done, '-inf', us(NOW - age), 'LIMIT', 0, budget)
+    for _, id in ipairs(old) do drop(id) end
+    budget = budget - #old
+  end
+  local cap = tonumber(ARGV[3])
+  if cap > 0 and budget > 0 then
+    local excess = math.min(redis.call('ZCARD', done) - cap, budget)
+    if excess > 0 then
+      for _, id in ipairs(redis.call('ZRANGE', done, 0, excess - 1)) do drop(id) end
+    end
+  end
+end

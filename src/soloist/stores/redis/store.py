@@ -1,0 +1,352 @@
+"""The asyncio face of the Redis store: one script (or one command) per call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from soloist.clock import Clock
+from soloist.errors import DuplicateJobError, StoreError
+from soloist.models import (
+    Attempt,
+    Claimed,
+    InstanceInfo,
+    JobRecord,
+    LeaderLease,
+    NewOccurrence,
+    Occurrence,
+    OccurrenceCounts,
+    Outcome,
+    PlanCursor,
+    State,
+)
+from soloist.stores._values import positive_ttl
+from soloist.stores.redis import codec
+from soloist.stores.redis.connections import Connections
+from soloist.stores.redis.url import parse_url
+
+__all__ = ["SCHEMA_VERSION", "RedisStore"]
+
+#: The layout of keys this code reads and writes; ``migrate`` refuses a newer one.
+SCHEMA_VERSION = 1
+_US = timedelta(microseconds=1)
+
+
+class RedisStore:
+    """A :class:`soloist.stores.base.Store` in Redis (``redis://host:port/db?prefix=app``,
+    also ``rediss://``); see :mod:`soloist.stores.redis` for the data model.
+
+    ``clock``: by default (None) the Redis server's ``TIME`` is the store's clock, read
+    inside each script. Give a clock only to move time by hand in tests; it then replaces
+    the server's clock for methods called with ``now=None``."""
+
+    def __init__(self, url: str, *, clock: Clock | None = None) -> None:
+        self.url = url
+        self.target = parse_url(url)
+        self.prefix = self.target.prefix
+        self._clock = clock
+        self._conns = Connections(self.target)
+        hmax = self.target.history_max
+        age = self.target.history_age
+        self._common = [self.target.base, "", str(hmax), str(age // _US if age else 0)]
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self.target.display})"
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _at(self, now: datetime | None) -> str:
+        """The instant for a script: the caller's, the given clock's, or '' (server TIME)."""
+        if now is not None:
+            return codec.us_text(now, "now")
+        return str(codec.to_us(self._clock.now())) if self._clock is not None else ""
+
+    async def _run(self, name: str, now: str, args: Sequence[object]) -> Any:
+        common = list(self._common)
+        common[1] = now
+        with self._conns.translated():
+            return await self._conns.run(name, [*common, *args])
+
+    def _client(self) -> Any:
+        """The running loop's client (typed Any: redis-py's types mix sync and async)."""
+        return self._conns.client()
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.target.base, *parts))
+
+    # -- life cycle -------------------------------------------------------------------------
+    async def migrate(self) -> None:
+        """Redis has no schema; this checks the server and the key layout version (stored
+        at ``{prefix}:schema``, refused if newer than this code's) and loads the scripts."""
+        with self._conns.translated():
+            client = self._client()
+            info = await client.info("server")
+            version = str(info.get("redis_version", "0"))
+            if tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) < (5, 0):
+                raise StoreError(
+                    f"Redis store {self.target.display}: server {version} is too old, "
+                    "soloist needs Redis 5.0 or newer (scripts replicated by effects)"
+                )
+            key = self._key("schema")
+            await client.set(key, SCHEMA_VERSION, nx=True)
+            stored = int(await client.get(key) or 0)
+            if stored > SCHEMA_VERSION:
+                raise StoreError(
+                    f"Redis store {self.target.display} has key layout version {stored}, "
+                    f"newer than this soloist's {SCHEMA_VERSION}: upgrade soloist"
+                )
+            await self._conns.load_scripts()
+
+    async def close(self) -> None:
+        await self._conns.close_all()
+
+    async def now(self) -> datetime:
+        if self._clock is not None:
+            return self._clock.now()
+        with self._conns.translated():
+            seconds, micros = await self._client().time()
+        return codec.from_us(int(seconds) * 1_000_000 + int(micros))
+
+    async def work_wait(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for a wake-up published on ``{prefix}:wake`` by a
+        script that made work due within a minute (insert, plan, retry, release, reap, a
+        new or resumed job): True when one arrived, False when the time ran out. Wake-ups
+        received since the previous call count, folded into one. True is also returned when
+        this call had to (re)subscribe, since wake-ups sent meanwhile were lost. Cancelling
+        is safe: the subscription is dropped and made again by the next call."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        try:
+            with self._conns.translated():
+                pubsub, fresh = await self._conns.subscription()
+                if fresh:
+                    return True
+                woken = False
+                while not woken:
+                    left = deadline - loop.time()
+                    message = await pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=max(0.0, left)
+                    )
+                    woken = message is not None and message.get("type") == "message"
+                    if not woken and left <= 0:
+                        return False
+                while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.0):
+                    pass  # fold the queued ones into this wake-up
+                return True
+        except BaseException:
+            self._conns.drop_subscription()
+            raise
+
+    # -- occurrences ------------------------------------------------------------------------
+    async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
+        args = codec.item_args([item])
+        created, row = await self._run("insert", self._at(None), ["one", *args])
+        return codec.occurrence(row), bool(created)
+
+    async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
+        if not items:
+            return 0
+        args = codec.item_args(items)
+        return int(await self._run("insert", self._at(None), ["many", *args]))
+
+    async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
+        with self._conns.translated():
+            text = await self._client().hget(self._key("cur", job), scope)
+        if text is None:
+            return None
+        last, _, count = str(text).partition("|")
+        return PlanCursor(job, scope, codec.from_us(last), int(count))
+
+    async def plan_advance(
+        self,
+        job: str,
+        scope: str,
+        expected_last: datetime | None,
+        new_last: datetime,
+        added_count: int,
+        items: Sequence[NewOccurrence],
+    ) -> bool:
+        expected = codec.us_text(expected_last, "expected_last") if expected_last else ""
+        head = ["plan", job, scope, expected, codec.us_text(new_last, "new_last"), added_count]
+        args = codec.item_args(items)
+        return bool(await self._run("insert", self._at(None), [*head, *args]))
+
+    async def occurrence_claim(
+        self,
+        instance_id: str,
+        tasks: Collection[str],
+        limit: int,
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[Occurrence]:
+        if limit <= 0 or not tasks:
+            return []
+        ttl = positive_ttl(lease_ttl, "lease_ttl") // _US
+        args = [instance_id, limit, ttl, *sorted(set(tasks))]
+        rows = await self._run("claim", self._at(now), args)
+        return [codec.occurrence(row) for row in rows]
+
+    async def _runner(
+        self, op: str, instance_id: str, now: datetime | None, args: list[Any]
+    ) -> set[str]:
+        return set(await self._run("runner", self._at(now), [op, instance_id, *args]))
+
+    async def lease_renew(
+        self,
+        instance_id: str,
+        claims: Sequence[Claimed],
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> set[str]:
+        if not claims:
+            return set()
+        ttl = positive_ttl(lease_ttl, "lease_ttl") // _US
+        return await self._runner("renew", instance_id, now, [ttl, *_pairs(claims)])
+
+    async def occurrence_complete(
+        self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
+    ) -> set[str]:
+        if not outcomes:
+            return set()
+        args = codec.outcome_args(outcomes)
+        return await self._runner("complete", instance_id, now, args)
+
+    async def lease_release(
+        self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
+    ) -> set[str]:
+        if not claims:
+            return set()
+        return await self._runner("release", instance_id, now, _pairs(claims))
+
+    async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
+        rows = await self._run("reap", self._at(now), [])
+        return [codec.occurrence(row) for row in rows]
+
+    async def occurrence_next_due(
+        self, tasks: Collection[str], now: datetime | None = None
+    ) -> datetime | None:
+        if not tasks:
+            return None
+        due = await self._run("read", self._at(now), ["next_due", *sorted(set(tasks))])
+        return codec.from_us(due) if due is not None else None
+
+    async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
+        with self._conns.translated():
+            key = self._key("o", occurrence_id)
+            row = await self._client().hmget(key, codec.FIELDS)
+        return codec.occurrence(row) if row[0] is not None else None
+
+    async def occurrence_list(
+        self,
+        *,
+        job: str | None = None,
+        state: State | None = None,
+        limit: int = 100,
+    ) -> list[Occurrence]:
+        if limit <= 0:
+            return []
+        state_value = State(state).value if state is not None else ""
+        args = ["list", job if job is not None else "", state_value, limit]
+        rows = await self._run("read", self._at(None), args)
+        return [codec.occurrence(row) for row in rows]
+
+    async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
+        flat, due = await self._run("read", self._at(now), ["counts"])
+        counts: dict[tuple[str, State], int] = {}
+        for field, value in zip(flat[::2], flat[1::2], strict=True):
+            job, _, state = str(field).rpartition("\0")
+            if int(value) > 0:
+                counts[(job, State(state))] = int(value)
+        return OccurrenceCounts(by_job_state=counts, due=int(due))
+
+    async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
+        with self._conns.translated():
+            texts = await self._client().lrange(self._key("a", occurrence_id), 0, -1)
+        return [codec.attempt(occurrence_id, text) for text in texts]
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def job_upsert(self, records: Sequence[JobRecord]) -> None:
+        if not records:
+            return
+        args = [arg for record in records for arg in codec.job_args(record)]
+        await self._run("jobs", self._at(None), ["upsert", *args])
+
+    async def job_add(self, record: JobRecord) -> None:
+        if not await self._run("jobs", self._at(None), ["add", *codec.job_args(record)]):
+            raise DuplicateJobError(f"a job named {record.name!r} already exists")
+
+    async def job_get(self, name: str) -> JobRecord | None:
+        fields = ("task", "schedule", "payload", "metadata", "dynamic", "paused", "created")
+        with self._conns.translated():
+            row = await self._client().hmget(self._key("j", name), fields)
+        return codec.job(name, row) if row[0] is not None else None
+
+    async def job_list(self) -> list[JobRecord]:
+        rows = await self._run("jobs", self._at(None), ["list"])
+        return [codec.job(name, fields) for name, fields in rows]
+
+    async def job_delete(self, name: str) -> bool:
+        return bool(await self._run("jobs", self._at(None), ["delete", name]))
+
+    async def job_set_paused(self, name: str, paused: bool) -> bool:
+        flag = "1" if paused else "0"
+        return bool(await self._run("jobs", self._at(None), ["pause", name, flag]))
+
+    # -- leader election ----------------------------------------------------------------------
+    async def _leader(
+        self,
+        op: str,
+        name: str,
+        now: datetime | None,
+        instance: str = "",
+        epoch: int = 0,
+        ttl: timedelta | None = None,
+    ) -> Any:
+        ttl_us = positive_ttl(ttl) // _US if ttl is not None else 0
+        return await self._run("leader", self._at(now), [op, name, instance, epoch, ttl_us])
+
+    async def leader_attempt_elect(
+        self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
+    ) -> LeaderLease | None:
+        row = await self._leader("elect", name, now, instance_id, ttl=positive_ttl(ttl))
+        return codec.leader_lease(name, row) if row else None
+
+    async def leader_renew(
+        self,
+        name: str,
+        instance_id: str,
+        epoch: int,
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> LeaderLease | None:
+        row = await self._leader("renew", name, now, instance_id, epoch, positive_ttl(ttl))
+        return codec.leader_lease(name, row) if row else None
+
+    async def leader_resign(
+        self, name: str, instance_id: str, epoch: int, now: datetime | None = None
+    ) -> bool:
+        return bool(await self._leader("resign", name, now, instance_id, epoch))
+
+    async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
+        row = await self._leader("get", name, now)
+        return codec.leader_lease(name, row) if row else None
+
+    # -- instances --------------------------------------------------------------------------
+    async def instance_heartbeat(
+        self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
+    ) -> None:
+        ttl_us = positive_ttl(ttl) // _US
+        args = ["beat", *codec.instance_args(info), ttl_us]
+        await self._run("instances", self._at(now), args)
+
+    async def instance_list(self, now: datetime | None = None) -> list[InstanceInfo]:
+        rows = await self._run("instances", self._at(now), ["list"])
+        return sorted((codec.instance(row) for row in rows), key=lambda i: i.instance_id)
+
+    async def instance_remove(self, instance_id: str) -> None:
+        await self._run("instances", self._at(None), ["remove", instance_id])
+
+
+def _pairs(claims: Sequence[Claimed]) -> list[str]:
+    return [value for c in claims for value in (c.id, str(c.fencing_token))]
