@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import soloist
@@ -39,3 +41,22 @@ def test_schedules_do_no_io() -> None:
     forbidden |= {"soloist.stores", "soloist.runtime"}
     for module in ("schedules.py", "_timemath.py"):
         assert imported_modules(SRC / module) & forbidden == set(), module
+
+
+WEB_FRAMEWORKS = {"django", "fastapi", "starlette", "uvicorn"}
+
+
+def test_core_never_imports_a_web_framework() -> None:
+    """Only soloist.contrib.* (integrations) and soloist.http (the opt-in endpoint) may
+    import Django, FastAPI, Starlette or uvicorn; ``import soloist`` loads none of them."""
+    offenders = {
+        str(path.relative_to(SRC)): sorted(imported_modules(path) & WEB_FRAMEWORKS)
+        for path in SRC.rglob("*.py")
+        if path.relative_to(SRC).parts[0] not in {"contrib", "http"}
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+    code = "import sys, soloist, soloist.cli, soloist.contrib.asgi; print(*sys.modules)"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {name.split(".")[0] for name in loaded} & WEB_FRAMEWORKS == set()

@@ -1,0 +1,334 @@
+"""soloist inside web frameworks and scripts: the examples run as real OS processes.
+
+* FastAPI: ``uvicorn`` serves ``examples/fastapi_app.py``; a request enqueues a task that
+  the scheduler running in the same process executes; SIGTERM stops both gracefully.
+  In-process tests drive ``soloist.contrib.asgi.lifespan`` through Starlette's TestClient.
+* Django: ``manage.py soloist run`` (``examples/django_site``) runs the workers; a view
+  enqueues synchronously; ``manage.py soloist status`` shows the worker.
+* A plain script: ``python examples/script.py`` runs its job until SIGTERM.
+
+Each test has its own SQLite file; results are read from the store's history, waiting with
+deadlines; processes still alive at teardown are killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from starlette.testclient import TestClient
+
+from soloist import JobContext, Occurrence, Scheduler, State
+from soloist.contrib.asgi import lifespan
+from soloist.stores import open_store
+from soloist.stores.base import Store
+from soloist.testing import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+DJANGO_SITE = EXAMPLES / "django_site"
+APPS = Path(__file__).parent / "apps"
+DEADLINE_S = 30.0
+EXIT_S = 10.0
+UVICORN = [sys.executable, "-m", "uvicorn", "fastapi_app:api", "--app-dir", str(EXAMPLES)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Proc:
+    """One OS process of the test, its output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = cwd / f"{name}.log"
+        with open(self.log_path, "wb") as log:
+            self.popen = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.alive():
+            raise AssertionError(f"{self.name} exited early; its log:\n{self.log()}")
+
+    def terminate(self) -> int:
+        """SIGTERM, then the exit status within EXIT_S seconds (fails the test after)."""
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout=EXIT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} did not exit within {EXIT_S}s of SIGTERM:\n{self.log()}"
+            ) from None
+
+
+class World:
+    """A temp directory with one SQLite store, the processes started against it, and a
+    reader of its history."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.url = f"sqlite:///{workdir / 'soloist.db'}"
+        self.procs: list[Proc] = []
+        self.store: Store = open_store(self.url)
+        # The schema exists before any process starts: polling never takes the write lock.
+        asyncio.run(self.store.migrate())
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SOLOIST_", "DJANGO_"))}
+        return env | {"PYTHONUNBUFFERED": "1", "SOLOIST_STORE_URL": self.url} | extra
+
+    def start(self, name: str, argv: list[str], cwd: Path | None = None) -> Proc:
+        proc = Proc(name, argv, cwd or self.workdir, self.env())
+        self.procs.append(proc)
+        return proc
+
+    def run(self, argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+        """A short command to its end (30 s at most)."""
+        return subprocess.run(
+            argv, capture_output=True, text=True, cwd=cwd, env=self.env(**env), timeout=30
+        )
+
+    def history(self, job: str) -> list[Occurrence]:
+        return asyncio.run(self.store.occurrence_list(job=job, limit=1000))
+
+    def succeeded(self, job: str) -> list[Occurrence]:
+        return [o for o in self.history(job) if o.state is State.SUCCEEDED]
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.alive():
+                proc.popen.kill()
+            proc.popen.wait(timeout=10)
+            print(f"----- {proc.name} (exit {proc.popen.returncode}) -----\n{proc.log()}")
+        asyncio.run(self.store.close())
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    yield w
+    w.close()
+
+
+def started(proc: Proc, marker: str) -> bool:
+    proc.check_alive()
+    return marker in proc.log()
+
+
+# -- FastAPI under uvicorn -----------------------------------------------------------------
+def test_fastapi_example_runs_an_enqueued_task_and_stops_on_sigterm(world: World) -> None:
+    """Under uvicorn, POST /signup queues a task that the app's own scheduler runs, and
+    SIGTERM stops uvicorn and the scheduler gracefully (exit 0)."""
+    port = free_port()
+    server = world.start(
+        "uvicorn",
+        [*UVICORN, "--host", "127.0.0.1", "--port", str(port)],
+    )
+    wait_until(lambda: started(server, "Application startup complete"), "uvicorn", DEADLINE_S)
+    assert "instance " in server.log() and " started (mode distributed" in server.log()
+
+    response = httpx.post(
+        f"http://127.0.0.1:{port}/signup", json={"email": "ada@example.com"}, timeout=10
+    )
+    assert response.status_code == 200, response.text
+    occurrence_id = response.json()["occurrence"]
+
+    done = wait_until(lambda: world.succeeded("send_welcome"), "the task to run", DEADLINE_S)
+    assert [o.id for o in done] == [occurrence_id]
+    assert done[0].result == {"to": "ada@example.com"}
+
+    # uvicorn >= 0.29 re-raises the signal it handled once it has shut down gracefully.
+    assert server.terminate() in (0, -signal.SIGTERM)
+    log = server.log()
+    assert "Application shutdown complete" in log and "Finished server process" in log
+    assert log.index("stopping: no new claims") < log.index("Application shutdown complete")
+    assert " stopped" in log.split("stopping: no new claims", 1)[1]
+
+
+# -- the lifespan, in process ----------------------------------------------------------------
+def soloist_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("soloist")]
+
+
+def web_app(scheduler: Scheduler, **options: Any) -> FastAPI:
+    """A FastAPI app with the soloist lifespan and an async and a sync enqueueing route."""
+    api = FastAPI(lifespan=lifespan(scheduler, **options))
+
+    @api.post("/async")
+    async def enqueue_async(name: str) -> dict[str, str]:
+        return {"occurrence": await scheduler.aenqueue("greet", name=name)}
+
+    @api.post("/sync")
+    def enqueue_sync(name: str) -> dict[str, str]:  # FastAPI runs it in a worker thread
+        return {"occurrence": scheduler.enqueue("greet", name=name)}
+
+    return api
+
+
+def greeter(tmp_path: Path) -> Scheduler:
+    scheduler = Scheduler(f"sqlite:///{tmp_path / 'soloist.db'}", poll_interval="100ms")
+
+    @scheduler.task
+    def greet(ctx: JobContext, name: str) -> str:
+        return f"hello {name}"
+
+    return scheduler
+
+
+def test_lifespan_starts_the_runtime_with_the_app_and_stops_it_after(tmp_path: Path) -> None:
+    """The lifespan starts the runtime at app startup (tasks enqueued by async and sync
+    routes run) and stops it at shutdown, leaving no soloist thread behind."""
+    scheduler = greeter(tmp_path)
+    assert scheduler.runtime is None
+    with TestClient(web_app(scheduler)) as client:
+        runtime = scheduler.runtime
+        assert runtime is not None and runtime.started.is_set()
+        ids = {
+            client.post(f"/{kind}", params={"name": kind}).json()["occurrence"]
+            for kind in ("async", "sync")
+        }
+
+        def both_ran() -> bool:
+            return {o.id for o in scheduler.history("greet", "succeeded")} == ids
+
+        wait_until(both_ran, "both tasks to run", DEADLINE_S)
+    assert scheduler.runtime is None
+    wait_until(lambda: not soloist_threads(), "the worker threads to end", EXIT_S)
+
+
+def test_lifespan_without_workers_only_enqueues(tmp_path: Path) -> None:
+    """``workers=False``: the web process plans and runs nothing, but its async and sync
+    routes still enqueue (for workers elsewhere)."""
+    scheduler = greeter(tmp_path)
+    with TestClient(web_app(scheduler, workers=False)) as client:
+        assert scheduler.runtime is None
+        for kind in ("async", "sync"):
+            response = client.post(f"/{kind}", params={"name": kind})
+            assert response.status_code == 200, response.text
+    queued = scheduler.history("greet")
+    assert sorted(o.payload["name"] for o in queued) == ["async", "sync"]
+    assert {o.state for o in queued} == {State.SCHEDULED}
+
+
+def test_lifespan_wraps_the_users_own_lifespan_and_passes_its_state(tmp_path: Path) -> None:
+    """``around=``: the user's lifespan runs inside the scheduler's (it can enqueue at
+    startup), and the state it yields reaches the requests."""
+    scheduler = greeter(tmp_path)
+    events: list[str] = []
+
+    @asynccontextmanager
+    async def mine(app: FastAPI) -> AsyncIterator[dict[str, str]]:
+        events.append(f"startup, runtime started: {scheduler.runtime is not None}")
+        await scheduler.aenqueue("greet", name="at startup")
+        yield {"greeting": "hi"}
+        events.append(f"shutdown, runtime still there: {scheduler.runtime is not None}")
+
+    api = FastAPI(lifespan=lifespan(scheduler, around=mine))
+
+    @api.get("/state")
+    async def state(request: Request) -> dict[str, str]:
+        return {"greeting": request.state.greeting}
+
+    with TestClient(api) as client:
+        assert client.get("/state").json() == {"greeting": "hi"}
+        wait_until(lambda: scheduler.history("greet", "succeeded"), "the task", DEADLINE_S)
+    assert events == [
+        "startup, runtime started: True",
+        "shutdown, runtime still there: True",
+    ]
+    assert scheduler.runtime is None
+
+
+def test_lifespan_refuses_what_is_not_a_scheduler() -> None:
+    """A wrong argument is refused when the app is defined, naming the value."""
+    with pytest.raises(TypeError, match=r"invalid scheduler 'app.tasks:app'"):
+        lifespan("app.tasks:app")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"invalid around 42"):
+        lifespan(Scheduler("memory://"), around=42)  # type: ignore[arg-type]
+
+
+# -- Django ----------------------------------------------------------------------------------
+def manage(*args: str) -> list[str]:
+    return [sys.executable, str(DJANGO_SITE / "manage.py"), *args]
+
+
+SIGNUP = (
+    "from django.test import Client; "
+    "r = Client().post('/signup', {'email': 'ada@example.com'}); "
+    "print(r.status_code, r.content.decode())"
+)
+
+
+def test_django_worker_runs_a_task_enqueued_by_a_view_once(world: World) -> None:
+    """``manage.py soloist run`` runs the workers; a view's sync ``enqueue`` is run once by
+    them; ``manage.py soloist status`` lists the worker; SIGTERM stops it (exit 0)."""
+    worker = world.start(
+        "django-worker", manage("soloist", "run", "--instance-id", "django-w1"), DJANGO_SITE
+    )
+    wait_until(lambda: started(worker, "instance django-w1 started"), "worker", DEADLINE_S)
+
+    view = world.run(manage("shell", "-c", SIGNUP), DJANGO_SITE)
+    assert view.returncode == 0, view.stderr
+    status, body = view.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert status == "200", body
+    occurrence_id = json.loads(body)["occurrence"]
+
+    done = wait_until(lambda: world.succeeded("send_welcome"), "the task to run", DEADLINE_S)
+    assert [(o.id, o.attempt, o.instance_id) for o in done] == [(occurrence_id, 1, "django-w1")]
+    assert len(world.history("send_welcome")) == 1
+
+    shown = world.run(manage("soloist", "status"), DJANGO_SITE)
+    assert shown.returncode == 0, shown.stderr
+    assert "django-w1" in shown.stdout
+
+    assert worker.terminate() == 0
+    assert "instance django-w1 stopped" in worker.log()
+
+
+def test_django_command_names_the_missing_setting(world: World) -> None:
+    """Without ``SOLOIST_APP`` the command exits 2 with a message naming the setting and an
+    example value."""
+    done = world.run(
+        manage("soloist", "status"),
+        world.workdir,
+        DJANGO_SETTINGS_MODULE="fw_django_nosetting",
+        PYTHONPATH=str(APPS),
+    )
+    assert done.returncode == 2, done.stderr
+    assert "settings.SOLOIST_APP is not set" in done.stderr
+    assert 'SOLOIST_APP = "myproject.tasks:app"' in done.stderr
+
+
+# -- a plain script --------------------------------------------------------------------------
+def test_plain_script_runs_its_job_and_stops_on_sigterm(world: World) -> None:
+    """``python examples/script.py`` runs its recurring job and stops gracefully on
+    SIGTERM (exit 0), logging that it stopped."""
+    script = world.start("script", [sys.executable, str(EXAMPLES / "script.py")])
+    wait_until(lambda: started(script, " started (mode"), "the script to start", DEADLINE_S)
+    wait_until(lambda: world.succeeded("tick"), "a tick to run", DEADLINE_S)
+    assert script.terminate() == 0
+    assert " stopped" in script.log().split("stopping: no new claims", 1)[1]
