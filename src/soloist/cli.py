@@ -9,6 +9,7 @@ Errors print one line and exit with status 2 (bad input) or 1 (store failure).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 import click
 
 from soloist import logs
-from soloist.config import DEFAULT_ELECTION
+from soloist.config import parse_http_address
 from soloist.errors import ConfigError, SoloistError, StoreError, StoreUnavailableError
 from soloist.models import JobRecord
 from soloist.scheduler import Scheduler
@@ -129,6 +130,20 @@ def _with_store(url: str, action: Callable[[Store], Coroutine[Any, Any, T]]) -> 
     show_default=True,
     help="json: one JSON object per line with the structured fields.",
 )
+@click.option(
+    "--http",
+    envvar="SOLOIST_HTTP",
+    default=None,
+    metavar="[HOST:]PORT",
+    help="Serve health, status, metrics and the dashboard here (env SOLOIST_HTTP; "
+    "a bare port listens on 127.0.0.1).",
+)
+@click.option(
+    "--token",
+    envvar="SOLOIST_TOKEN",
+    default=None,
+    help="Bearer token that enables HTTP actions (env SOLOIST_TOKEN; prefer the env).",
+)
 def run(
     app: str,
     store: str,
@@ -136,6 +151,8 @@ def run(
     mode: str | None,
     log_level: str,
     log_format: str,
+    http: str | None,
+    token: str | None,
 ) -> None:
     """Run the workers of APP (module:attribute) until SIGTERM or Ctrl-C."""
     logs.configure(log_level, log_format)
@@ -145,7 +162,16 @@ def run(
         os.environ["SOLOIST_INSTANCE_ID"] = instance_id
     if mode:
         os.environ["SOLOIST_MODE"] = mode
+    address = _guard(lambda: parse_http_address(http)) if http else None
+    if token is not None and not token.strip():
+        click.echo("error: invalid --token: expected a non-empty string", err=True)
+        raise SystemExit(2)
     scheduler = _guard(lambda: load_app(app))
+    # The command line wins over what the app's Scheduler(...) was given.
+    if address is not None:
+        scheduler.config = dataclasses.replace(scheduler.config, http=address)
+    if token:
+        scheduler.config = dataclasses.replace(scheduler.config, token=token)
     _guard(scheduler.run)
 
 
@@ -209,18 +235,8 @@ def _job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
 def status(store: str, as_json: bool) -> None:
     """Live instances, the leader and its epoch, and each job's next plan time."""
 
-    async def fetch(s: Store) -> dict[str, Any]:
-        now = await s.now()
-        lease = await s.leader_get(DEFAULT_ELECTION)
-        return {
-            "leader_id": lease.leader_id if lease else None,
-            "epoch": lease.epoch if lease else None,
-            "leader_expires_at": lease.expires_at.isoformat() if lease else None,
-            "instances": [i.to_json() for i in await s.instance_list()],
-            "jobs": [_job_row(r, now) for r in await s.job_list()],
-        }
-
-    report = _with_store(_guard(lambda: _existing(store)), fetch)
+    app = Scheduler(_guard(lambda: _existing(store)))
+    report = _guard(app.status)
     if as_json:
         click.echo(json.dumps(report))
         return
@@ -232,7 +248,7 @@ def status(store: str, as_json: bool) -> None:
         mark = " *" if inst["instance_id"] == report["leader_id"] else ""
         click.echo(
             f"  {inst['instance_id']}{mark}  mode {inst['mode']}  pid {inst['pid']} on "
-            f"{inst['hostname']}  last seen {inst['last_seen']}"
+            f"{inst['host']}  last seen {inst['last_seen']}"
         )
     click.echo("jobs:")
     for row in report["jobs"]:
@@ -299,6 +315,18 @@ def _store_op(store: str, action: Callable[[Scheduler], object], message: str) -
 def trigger(job: str, store: str) -> None:
     """Run JOB once now (outside its schedule)."""
     _store_op(store, lambda app: app.trigger(job), f"triggered {job}: occurrence {{result}}")
+
+
+@main.command()
+@click.argument("occurrence_id")
+@store_option
+def retry(occurrence_id: str, store: str) -> None:
+    """Run a dead occurrence again, as a new occurrence due now (the dead one stays)."""
+    _store_op(
+        store,
+        lambda app: app.retry(occurrence_id),
+        f"retrying {occurrence_id}: occurrence {{result}}",
+    )
 
 
 @main.command()

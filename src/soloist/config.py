@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from soloist.durations import parse_duration
@@ -35,6 +35,10 @@ class Config:
     misfire_grace: timedelta
     lookahead: timedelta
     election: str
+    #: Where the HTTP endpoint listens, (host, port), or None: no HTTP server.
+    http: tuple[str, int] | None = None
+    #: The bearer token that enables the HTTP actions; None: the API is read-only.
+    token: str | None = field(default=None, repr=False)
 
     @classmethod
     def resolve(
@@ -51,6 +55,8 @@ class Config:
         misfire_grace: object = "10s",
         lookahead: object = "1s",
         election: str = DEFAULT_ELECTION,
+        http: object = None,
+        token: str | None = None,
     ) -> Config:
         env = os.environ
         url = store_url or env.get("SOLOIST_STORE_URL") or DEFAULT_STORE_URL
@@ -71,6 +77,10 @@ class Config:
             )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"invalid concurrency {concurrency!r}: expected an integer >= 1")
+        address = http if http is not None else env.get("SOLOIST_HTTP") or None
+        token = token if token is not None else env.get("SOLOIST_TOKEN") or None
+        if token is not None and (not isinstance(token, str) or not token.strip()):
+            raise ConfigError("invalid token: expected a non-empty string (SOLOIST_TOKEN)")
         return cls(
             store_url=url,
             instance_id=instance_id or env.get("SOLOIST_INSTANCE_ID") or default_instance_id(),
@@ -83,9 +93,49 @@ class Config:
             misfire_grace=parse_duration(misfire_grace, what="misfire_grace", allow_zero=True),
             lookahead=parse_duration(lookahead, what="lookahead", allow_zero=True),
             election=election,
+            http=parse_http_address(address) if address is not None else None,
+            token=token,
         )
 
 
 def default_instance_id() -> str:
     """hostname-pid-random: unique per process, readable in the history."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+#: Where ``--http PORT`` listens when no host is given: this machine only.
+DEFAULT_HTTP_HOST = "127.0.0.1"
+
+
+def parse_http_address(value: object) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or a bare ``PORT`` (on 127.0.0.1) as (host, port).
+    Port 0 asks the OS for a free port."""
+    bad = ConfigError(
+        f"invalid HTTP address {value!r}: expected HOST:PORT (e.g. 127.0.0.1:8080) or a port"
+    )
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, int):
+        host, port_text = DEFAULT_HTTP_HOST, str(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            host, sep, port_text = text[1:].partition("]:")
+            if not sep:
+                raise bad
+        elif ":" in text:
+            host, _, port_text = text.rpartition(":")
+            if ":" in host:  # an IPv6 address needs brackets to carry a port
+                raise bad
+        else:
+            host, port_text = "", text
+        host = host or DEFAULT_HTTP_HOST
+    else:
+        raise bad
+    if (
+        not port_text.isdigit()
+        or not 0 <= int(port_text) <= 65535
+        or any(c.isspace() for c in host)
+    ):
+        raise bad
+    return host, int(port_text)

@@ -31,6 +31,11 @@ class PayloadError(ConfigError):
     """A payload is not a JSON object of JSON-serialisable values."""
 
 
+class StateConflictError(SoloistError):
+    """An operation does not apply to the current state of its target (e.g. retrying an
+    occurrence that is not ``dead``)."""
+
+
 class StoreError(SoloistError):
     """The store failed or could not be reached."""
 

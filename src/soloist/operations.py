@@ -5,13 +5,22 @@ as a sync call too."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from soloist.durations import parse_duration
-from soloist.errors import ConfigError, DuplicateJobError, PayloadError, UnknownTaskError
+from soloist.errors import (
+    ConfigError,
+    DuplicateJobError,
+    PayloadError,
+    SoloistError,
+    StateConflictError,
+    UnknownTaskError,
+)
 from soloist.models import (
     Attempt,
     JobRecord,
@@ -24,13 +33,19 @@ from soloist.models import (
 )
 from soloist.payload import validate_payload
 from soloist.registry import JobDef, JobPolicy, Registry, TaskDef, check_name
-from soloist.schedules import Schedule
+from soloist.schedules import Schedule, schedule_from_dict
 from soloist.schedules import at as at_schedule
 from soloist.stores.base import Store
 
 #: Rows per store call of ``enqueue_many``, and how many such calls may be in flight.
 ENQUEUE_BATCH = 1000
 ENQUEUE_PARALLEL = 2
+#: How many of a job's newest occurrences are read to find its last outcome (the newest
+#: may be planned ahead and not yet run).
+LAST_LOOKBACK = 5
+
+log = logging.getLogger("soloist")
+_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 class Operations:
@@ -187,6 +202,48 @@ class Operations:
         self._wake()
         return occ
 
+    async def retry(self, occurrence_id: str) -> Occurrence:
+        """Run a ``dead`` occurrence again as a new occurrence, due now, with the same job,
+        task, scope, payload, kind and attempts; the dead one stays as the audit record.
+        Idempotent: retrying the same dead occurrence again returns the same new one."""
+        store = await self._store()
+        occ = await store.occurrence_get(occurrence_id)
+        if occ is None:
+            raise UnknownTaskError(
+                f"unknown occurrence {occurrence_id!r}: expected an id from 'soloist history'"
+            )
+        if occ.state is not State.DEAD:
+            raise StateConflictError(
+                f"occurrence {occurrence_id!r} is {occ.state.value}: only dead occurrences "
+                "can be retried"
+            )
+        now = await store.now()
+        new, created = await store.occurrence_insert(
+            NewOccurrence(
+                dedupe_key=f"retry:{occ.id}",
+                job=occ.job,
+                task=occ.task,
+                scope=occ.scope,
+                plan_time=now,
+                due_at=now,
+                kind=occ.kind,
+                max_attempts=occ.max_attempts,
+                # Like a trigger, a retry is never dropped silently by overlap=skip.
+                overlap=Overlap.QUEUE if occ.overlap is Overlap.SKIP else occ.overlap,
+                payload=occ.payload,
+            )
+        )
+        if created:
+            log.info(
+                "retrying dead occurrence %s of %s as %s",
+                occ.id,
+                occ.job,
+                new.id,
+                extra={"action": "retry", "job": occ.job, "execution_id": new.id},
+            )
+        self._wake()
+        return new
+
     async def set_paused(self, job: str, paused: bool) -> None:
         store = await self._store()
         if job in self.registry.jobs:
@@ -220,6 +277,42 @@ class Operations:
                 f"unknown occurrence {occurrence_id!r}: expected an id from 'soloist history'"
             )
         return occ, await store.occurrence_attempts(occurrence_id)
+
+    # -- status -------------------------------------------------------------------------------
+    async def job_summaries(self) -> list[JSONDict]:
+        """Every job the store knows, as :func:`job_json` objects with the last outcome."""
+        store = await self._store()
+        now = await store.now()
+        summaries = []
+        for record in await store.job_list():
+            recent = await store.occurrence_list(job=record.name, limit=LAST_LOOKBACK)
+            last = next((o for o in recent if o.state is not State.SCHEDULED), None)
+            summaries.append(job_json(record, now, last))
+        return summaries
+
+    async def cluster(self, election: str) -> JSONDict:
+        """What the store says about all instances: the leader, its epoch, the live
+        instances and every job (the shared part of ``GET /status``)."""
+        store = await self._store()
+        lease = await store.leader_get(election)
+        instances = await store.instance_list()
+        return {
+            "leader_id": lease.leader_id if lease else None,
+            "epoch": lease.epoch if lease else None,
+            "leader_expires_at": lease.expires_at.isoformat() if lease else None,
+            "instances": [
+                {
+                    "instance_id": i.instance_id,
+                    "host": i.hostname,
+                    "pid": i.pid,
+                    "mode": i.mode,
+                    "started_at": i.started_at.isoformat(),
+                    "last_seen": i.last_seen.isoformat(),
+                }
+                for i in instances
+            ],
+            "jobs": await self.job_summaries(),
+        }
 
     # -- dynamic schedules --------------------------------------------------------------------
     async def schedule_add(
@@ -305,6 +398,48 @@ class Operations:
         return spec
 
 
+def job_json(record: JobRecord, now: datetime, last: Occurrence | None = None) -> JSONDict:
+    """A job as ``soloist jobs --json`` and ``GET /api/jobs`` show it: its schedule as
+    text, the next plan time after ``now`` and a summary of ``last``, its latest run."""
+    try:
+        schedule = schedule_from_dict(record.schedule["schedule"])
+        text, upcoming = schedule.describe(), schedule.next_after(now)
+    except (KeyError, TypeError, SoloistError):
+        text, upcoming = "(unreadable schedule)", None
+    return {
+        "name": record.name,
+        "task": record.task,
+        "schedule": text,
+        "paused": record.paused,
+        "dynamic": record.dynamic,
+        "next_plan_time": upcoming.isoformat() if upcoming else None,
+        "last": None
+        if last is None
+        else {
+            "id": last.id,
+            "state": last.state.value,
+            "plan_time": last.plan_time.isoformat(),
+            "finished_at": last.finished_at.isoformat() if last.finished_at else None,
+            "error_code": last.error_code,
+        },
+    }
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (in the userinfo or a ``password``
+    query parameter), fit for status pages and logs; the rest is left as written."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    if "@" in authority:
+        userinfo, _, hostport = authority.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        authority = f"{user}{':***' if colon else ''}@{hostport}"
+    tail = _PASSWORD_PARAM.sub(r"\1***", tail)
+    return f"{scheme}{sep}{authority}{slash}{tail}"
+
+
 def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
     """Reject at enqueue time a payload the handler could never accept."""
     signature = spec.signature
@@ -318,4 +453,4 @@ def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
         ) from None
 
 
-__all__ = ["Operations"]
+__all__ = ["Operations", "job_json", "mask_url"]

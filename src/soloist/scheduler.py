@@ -18,8 +18,8 @@ from soloist import logs
 from soloist.clock import Clock, SystemClock
 from soloist.config import Config
 from soloist.errors import ConfigError, SoloistError
-from soloist.models import Attempt, JobRecord, Occurrence, State
 from soloist.metrics import Metrics
+from soloist.models import Attempt, JobRecord, Occurrence, State
 from soloist.operations import Operations, mask_url
 from soloist.registry import (
     Handler,
@@ -345,6 +345,13 @@ class Scheduler:
         self._loop = asyncio.get_running_loop()
         if not workers:
             return
+        if self.config.http is not None and self._http is None:
+            # Bound before any work is claimed: a taken port fails the start at once.
+            from soloist.http.server import HttpServer  # the optional extra soloist[http]
+
+            host, port = self.config.http
+            self._http = HttpServer(self, host, port)
+            await self._http.start()
         self._runtime = Runtime(
             store,
             self.registry,
@@ -355,12 +362,6 @@ class Scheduler:
             metrics=self.metrics,
         )
         await self._runtime.start()
-        if self.config.http is not None and self._http is None:
-            from soloist.http.server import HttpServer  # the optional extra soloist[http]
-
-            host, port = self.config.http
-            self._http = HttpServer(self, host, port)
-            await self._http.start()
 
     @property
     def http_address(self) -> tuple[str, int] | None:

@@ -23,13 +23,14 @@ import logging
 
 from soloist.clock import Clock
 from soloist.config import Config
+from soloist.metrics import Metrics
 from soloist.registry import Registry, local_name
 from soloist.runtime.elector import Elector, LeadershipCallback
 from soloist.runtime.executor import Executor
 from soloist.runtime.leases import Heartbeater, Reaper
 from soloist.runtime.planner import Planner
 from soloist.runtime.registrar import Registrar
-from soloist.runtime.service import log
+from soloist.runtime.service import Service, log
 from soloist.stores.base import Store
 
 __all__ = ["Runtime"]
@@ -45,6 +46,7 @@ class Runtime:
         *,
         on_elected: list[LeadershipCallback] | None = None,
         on_demoted: list[LeadershipCallback] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -94,8 +96,22 @@ class Runtime:
             ttl=config.lease_ttl,
             metadata={"jobs": sorted(registry.jobs), "tasks": registry.queue_tasks()},
         )
+        self.metrics = metrics or Metrics(iid, config.mode)
+        for service in self.services():
+            service.metrics = self.metrics
         self.started = asyncio.Event()
         self._stopped = False
+
+    def services(self) -> list[Service]:
+        """Every service of this instance."""
+        return [
+            self.registrar,
+            self.elector,
+            self.reaper,
+            self.heartbeater,
+            self.executor,
+            self.planner,
+        ]
 
     # -- what this instance does, by mode ----------------------------------------------------
     def plans(self) -> bool:

@@ -96,6 +96,8 @@ class Elector(Service):
             await self._demote("the store did not answer within the trust window")
             return 0.0
         except Exception as exc:
+            if self.metrics is not None:
+                self.metrics.store_error("leader_renew")
             self.log(
                 logging.WARNING,
                 "could not renew leadership (epoch %d): %s",
@@ -137,6 +139,8 @@ class Elector(Service):
         self.lease = lease
         self.leader_id, self.epoch = lease.leader_id, lease.epoch
         self.changes += 1
+        if self.metrics is not None:
+            self.metrics.leadership(True)
         self.log(
             logging.INFO,
             "became leader of %r (epoch %d)",
@@ -154,6 +158,8 @@ class Elector(Service):
             return
         self.leader_id = None
         self.changes += 1
+        if self.metrics is not None:
+            self.metrics.leadership(False)
         self.log(
             level,
             "lost leadership of %r (epoch %d): %s",

@@ -31,7 +31,7 @@ from typing import Any
 
 from soloist.clock import Clock, monotonic
 from soloist.context import JobContext
-from soloist.errors import LeaseLostError
+from soloist.errors import LeaseLostError, StoreError
 from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
 from soloist.payload import summarise_result
 from soloist.registry import Registry, TaskDef
@@ -179,6 +179,10 @@ class Executor(Service):
         self.active[occ.id] = run
         task = run.task = loop.create_task(self._run(run), name=f"soloist-run-{occ.id}")
         task.add_done_callback(functools.partial(self._finished, occ.id))
+        metrics = self.metrics
+        if metrics is not None and occ.attempt == 1 and occ.started_at is not None:
+            lateness = (occ.started_at - occ.plan_time).total_seconds()
+            metrics.job(occ.job).lateness.observe(lateness if lateness > 0 else 0.0)
         if log.isEnabledFor(INFO):
             ctx.logger.info(
                 "claimed %s (plan %s, attempt %d, token %d)",
@@ -278,6 +282,8 @@ class Executor(Service):
         try:
             applied = await self.completer.complete(outcome)
         except Exception as exc:
+            if self.metrics is not None and isinstance(exc, StoreError):
+                self.metrics.store_error("occurrence_complete")
             ctx.logger.warning(
                 "could not record the outcome of %s (plan %s): %s; its lease will expire "
                 "and the reaper will retry it",
@@ -287,8 +293,11 @@ class Executor(Service):
                 extra={"action": "record_failed"},
             )
             return
+        metrics = self.metrics
         if not applied:
             self.counts["fenced"] += 1
+            if metrics is not None:
+                metrics.run_finished(occ.job, "fenced", duration)
             ctx.logger.warning(
                 "lease of %s (plan %s) was lost: result %s fenced out",
                 occ.job,
@@ -298,6 +307,8 @@ class Executor(Service):
             )
             return
         self.counts[outcome.state.value] += 1
+        if metrics is not None:
+            metrics.run_finished(occ.job, outcome.state.value, duration)
         if code is None:
             if log.isEnabledFor(INFO):
                 ctx.logger.info(
@@ -383,6 +394,10 @@ class Executor(Service):
             released = await self.store.lease_release(
                 self.instance_id, [r.claim for r in leftovers]
             )
+            if self.metrics is not None:
+                for run in leftovers:
+                    if run.occ.id in released:
+                        self.metrics.run_finished(run.occ.job, "released")
             log.warning(
                 "grace period over: released %d running occurrence(s) for another instance",
                 len(released),

@@ -67,6 +67,8 @@ class Reaper(Service):
         reaped = await self.store.occurrence_reap()
         for occ in reaped:
             self.reaped_total += 1
+            if self.metrics is not None:
+                self.metrics.lease_stolen(occ.job)
             self.log(
                 logging.WARNING,
                 "lease of %s (plan %s, attempt %d) held by %s expired: %s",

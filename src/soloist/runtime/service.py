@@ -10,9 +10,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from soloist.clock import Clock
+from soloist.errors import StoreError
+
+if TYPE_CHECKING:
+    from soloist.metrics import Metrics
 
 log = logging.getLogger("soloist")
 
@@ -31,6 +35,8 @@ class Service(abc.ABC):
         self._wake: asyncio.Event | None = None
         self.stopping = False
         self._errors = 0
+        #: Set by the Runtime; services built alone (tests) count nothing.
+        self.metrics: Metrics | None = None
 
     @property
     def running(self) -> bool:
@@ -76,6 +82,8 @@ class Service(abc.ABC):
                 raise
             except Exception as exc:
                 self._errors += 1
+                if self.metrics is not None and isinstance(exc, StoreError):
+                    self.metrics.store_error(self.name)
                 delay = min(MAX_ERROR_BACKOFF, 0.1 * 2**self._errors)
                 self.log(
                     logging.WARNING,

@@ -25,7 +25,7 @@ class CountConformance:
             new_occurrence("b1", job="b", task="tb"),
             new_occurrence("c1", job="c", task="tc"),
         )
-        (b,) = await claim(store, tasks=["tb"])
+        await claim(store, tasks=["tb"])
         (c,) = await claim(store, tasks=["tc"])
         applied = await store.occurrence_complete(
             "i1",

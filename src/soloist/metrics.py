@@ -1,0 +1,240 @@
+"""Prometheus metrics of one scheduler (served by ``GET /metrics``).
+
+Each :class:`Metrics` has its own ``CollectorRegistry``, not prometheus_client's global
+one, so that two schedulers in one process (tests, an app with two stores) do not clash.
+The runtime calls a few cheap methods; the executor's per-run path looks up one dict entry
+(:meth:`Metrics.job`, the labelled children of a job, made once per job) and increments.
+
+What the store holds (occurrences by job and state, the queue depth) is not counted by the
+runtime: it is read with :meth:`Store.occurrence_counts` when ``/metrics`` is scraped,
+at most once per :data:`COUNTS_MAX_AGE` seconds (:meth:`Metrics.refresh_counts`).
+
+Metric names (all ``soloist_``): ``occurrences{job,state}``, ``queue_depth``,
+``runs_total{job,outcome}``, ``run_duration_seconds{job}``, ``lateness_seconds{job}``,
+``retries_total{job}``, ``lease_steals_total{job}``, ``is_leader``,
+``leader_changes_total``, ``store_errors_total{operation}``,
+``instance_info{instance_id,mode}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from soloist.models import OccurrenceCounts
+    from soloist.stores.base import Store
+
+__all__ = ["CONTENT_TYPE_LATEST", "COUNTS_MAX_AGE", "JobMetrics", "Metrics"]
+
+log = logging.getLogger("soloist")
+
+#: How long a reading of the store's counts serves scrapes before it is read again.
+COUNTS_MAX_AGE = 5.0
+
+#: Handlers run from milliseconds to an hour.
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+    1800,
+    3600,
+)
+#: Start - plan time: milliseconds when healthy, up to a lease TTL after a crash.
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+#: Outcomes of attempts counted by ``soloist_runs_total``; ``fenced``: the outcome was
+#: rejected because the lease had been lost.
+OUTCOMES = ("succeeded", "failed", "dead", "released", "fenced")
+
+
+class JobMetrics:
+    """The labelled children of one job, made once, so that a run only increments."""
+
+    __slots__ = ("duration", "lateness", "outcomes", "retries", "steals")
+
+    def __init__(self, metrics: Metrics, job: str) -> None:
+        self.outcomes = {o: metrics.runs_total.labels(job, o) for o in OUTCOMES}
+        self.duration = metrics.run_duration.labels(job)
+        self.lateness = metrics.lateness.labels(job)
+        self.retries = metrics.retries_total.labels(job)
+        self.steals = metrics.lease_steals_total.labels(job)
+
+
+class _OccurrenceCollector(Collector):
+    """``soloist_occurrences`` and ``soloist_queue_depth`` from the last store reading."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return [
+            GaugeMetricFamily("soloist_occurrences", "", labels=["job", "state"]),
+            GaugeMetricFamily("soloist_queue_depth", ""),
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self._metrics.counts
+        if counts is None:
+            return []  # never read (or the store failed every time): say nothing
+        by_state = GaugeMetricFamily(
+            "soloist_occurrences",
+            "Occurrences in the store by job and state (read at scrape time, cached "
+            f"{COUNTS_MAX_AGE:.0f}s).",
+            labels=["job", "state"],
+        )
+        for (job, state), count in sorted(counts.by_job_state.items()):
+            by_state.add_metric([job, state.value], count)
+        depth = GaugeMetricFamily(
+            "soloist_queue_depth",
+            "Claimable occurrences (scheduled or failed) whose due time has passed.",
+            value=counts.due,
+        )
+        return [by_state, depth]
+
+
+class Metrics:
+    """The metrics of one scheduler instance, in their own registry."""
+
+    def __init__(self, instance_id: str, mode: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.runs_total = Counter(
+            "soloist_runs_total",
+            "Attempts finished by this instance, by outcome.",
+            ["job", "outcome"],
+            registry=r,
+        )
+        self.run_duration = Histogram(
+            "soloist_run_duration_seconds",
+            "Handler run time of attempts finished by this instance.",
+            ["job"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.lateness = Histogram(
+            "soloist_lateness_seconds",
+            "Start minus plan time of first attempts started by this instance.",
+            ["job"],
+            buckets=LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.retries_total = Counter(
+            "soloist_retries_total",
+            "Failed attempts of this instance that will be retried.",
+            ["job"],
+            registry=r,
+        )
+        self.lease_steals_total = Counter(
+            "soloist_lease_steals_total",
+            "Expired leases of other runners that this instance's reaper took over.",
+            ["job"],
+            registry=r,
+        )
+        self.is_leader = Gauge(
+            "soloist_is_leader", "1 while this instance is the leader.", registry=r
+        )
+        self.leader_changes_total = Counter(
+            "soloist_leader_changes_total",
+            "Leadership gained or lost by this instance.",
+            registry=r,
+        )
+        self.store_errors_total = Counter(
+            "soloist_store_errors_total",
+            "Store errors caught by the runtime loops, by operation.",
+            ["operation"],
+            registry=r,
+        )
+        self.instance_info = Gauge(
+            "soloist_instance_info",
+            "This instance (always 1).",
+            ["instance_id", "mode"],
+            registry=r,
+        )
+        self.instance_info.labels(instance_id, mode).set(1)
+        self.registry.register(_OccurrenceCollector(self))
+        self._jobs: dict[str, JobMetrics] = {}
+        self.counts: OccurrenceCounts | None = None
+        self._counts_at = float("-inf")
+        self._counts_lock: asyncio.Lock | None = None
+
+    # -- called by the runtime ------------------------------------------------------------------
+    def job(self, job: str) -> JobMetrics:
+        """The children of ``job`` (made on first use): the executor's per-run entry point."""
+        children = self._jobs.get(job)
+        if children is None:
+            children = self._jobs[job] = JobMetrics(self, job)
+        return children
+
+    def run_started(self, job: str, lateness_s: float) -> None:
+        self.job(job).lateness.observe(lateness_s)
+
+    def run_finished(self, job: str, outcome: str, duration_s: float | None = None) -> None:
+        children = self.job(job)
+        children.outcomes[outcome].inc()
+        if duration_s is not None:
+            children.duration.observe(duration_s)
+        if outcome == "failed":
+            children.retries.inc()
+
+    def lease_stolen(self, job: str) -> None:
+        self.job(job).steals.inc()
+
+    def leadership(self, leading: bool) -> None:
+        """This instance became leader (True) or lost leadership (False)."""
+        self.is_leader.set(1 if leading else 0)
+        self.leader_changes_total.inc()
+
+    def store_error(self, operation: str) -> None:
+        self.store_errors_total.labels(operation).inc()
+
+    # -- scraping ---------------------------------------------------------------------------------
+    async def refresh_counts(self, store: Store, *, max_age: float = COUNTS_MAX_AGE) -> None:
+        """Read :meth:`Store.occurrence_counts` unless the last reading is younger than
+        ``max_age`` seconds. Concurrent scrapes share one read. A failure keeps the last
+        reading, is counted under ``operation="occurrence_counts"`` and logged."""
+        if self._counts_lock is None:
+            self._counts_lock = asyncio.Lock()
+        async with self._counts_lock:
+            if time.monotonic() - self._counts_at < max_age:
+                return
+            try:
+                self.counts = await store.occurrence_counts()
+            except Exception as exc:
+                self.store_error("occurrence_counts")
+                log.warning(
+                    "could not read occurrence counts for /metrics: %s",
+                    exc,
+                    extra={"action": "metrics_error"},
+                )
+                return
+            self._counts_at = time.monotonic()
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of everything in this registry."""
+        return generate_latest(self.registry)
