@@ -98,6 +98,9 @@ class Scheduler:
         self._on_demoted: list[LeadershipCallback] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
+        # Sync calls made without a running runtime share one store, opened and closed on a
+        # private loop per call: one such call at a time (a threaded web server's views).
+        self._private_lock = threading.Lock()
 
     # -- definitions --------------------------------------------------------------------------
     def job(
@@ -449,7 +452,8 @@ class Scheduler:
             )
         if loop is not None and loop.is_running():
             return asyncio.run_coroutine_threadsafe(coro, loop).result()
-        return asyncio.run(self._run_private(coro))
+        with self._private_lock:
+            return asyncio.run(self._run_private(coro))
 
     async def _run_private(self, coro: Coroutine[Any, Any, T]) -> T:
         try:

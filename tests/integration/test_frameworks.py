@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -307,6 +308,30 @@ def test_django_worker_runs_a_task_enqueued_by_a_view_once(world: World) -> None
 
     assert worker.terminate() == 0
     assert "instance django-w1 stopped" in worker.log()
+
+
+def test_django_views_enqueue_concurrently_under_runserver(world: World) -> None:
+    """Under ``manage.py runserver`` (a thread per request), concurrent requests whose view
+    calls the sync ``enqueue`` all succeed, each queueing its task once."""
+    port = free_port()
+    site = world.start(
+        "runserver", manage("runserver", "--noreload", f"127.0.0.1:{port}"), DJANGO_SITE
+    )
+    wait_until(lambda: started(site, "Quit the server with"), "runserver", DEADLINE_S)
+
+    def signup(n: int) -> httpx.Response:
+        data = {"email": f"user{n}@example.com"}
+        return httpx.post(f"http://127.0.0.1:{port}/signup", data=data, timeout=30)
+
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(signup, range(40)))
+    assert [r.status_code for r in responses] == [200] * 40, [r.text for r in responses]
+    ids = {r.json()["occurrence"] for r in responses}
+    queued = world.history("send_welcome")
+    assert len(ids) == 40 and {o.id for o in queued} == ids
+    assert sorted(o.payload["to"] for o in queued) == sorted(
+        f"user{n}@example.com" for n in range(40)
+    )
 
 
 def test_django_command_names_the_missing_setting(world: World) -> None:
