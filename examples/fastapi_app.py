@@ -23,7 +23,7 @@ import logging
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from soloist import JobContext, Scheduler, every
+from soloist import ConfigError, JobContext, Scheduler, every
 from soloist.contrib.asgi import lifespan
 
 # uvicorn configures its own loggers only: show soloist's INFO lines too.
@@ -56,11 +56,14 @@ async def signup(body: Signup) -> dict[str, str]:
     return {"occurrence": occurrence}
 
 
-# The dashboard and the health, status and metrics endpoints (soloist's HTTP app) under
-# /soloist. They need the ``http`` extra (``pip install soloist[http]``).
+# soloist's HTTP app under /soloist: the dashboard, /soloist/healthz, /readyz, /status and
+# /metrics, reporting on this process's scheduler. It needs the ``http`` extra
+# (``pip install soloist[http]``); without it the app runs with no dashboard.
 try:
     from soloist.http import create_app
-except ImportError:  # soloist without the http extra: no dashboard
+except (ImportError, ConfigError):
     pass
 else:
+    # Actions (trigger, pause, retry) need ``Authorization: Bearer $SOLOIST_TOKEN``; with no
+    # SOLOIST_TOKEN set the dashboard is read-only.
     api.mount("/soloist", create_app(app))

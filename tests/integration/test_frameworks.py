@@ -161,6 +161,9 @@ def test_fastapi_example_runs_an_enqueued_task_and_stops_on_sigterm(world: World
     done = wait_until(lambda: world.succeeded("send_welcome"), "the task to run", DEADLINE_S)
     assert [o.id for o in done] == [occurrence_id]
     assert done[0].result == {"to": "ada@example.com"}
+    # The dashboard's app, mounted under /soloist, reports on this very scheduler.
+    status = httpx.get(f"http://127.0.0.1:{port}/soloist/status", timeout=10).json()
+    assert status["instance_id"] == done[0].instance_id and status["running"] is True
 
     # uvicorn >= 0.29 re-raises the signal it handled once it has shut down gracefully.
     assert server.terminate() in (0, -signal.SIGTERM)
