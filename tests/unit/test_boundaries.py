@@ -60,3 +60,27 @@ def test_core_never_imports_a_web_framework() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert {name.split(".")[0] for name in loaded} & WEB_FRAMEWORKS == set()
+
+
+WEB = {"starlette", "uvicorn"}
+
+
+def test_only_the_http_package_imports_the_web_stack() -> None:
+    """starlette and uvicorn (the extra soloist[http]) are imported only by soloist.http."""
+    offenders = {
+        str(path.relative_to(SRC)): sorted(imported_modules(path) & WEB)
+        for path in SRC.rglob("*.py")
+        if path.relative_to(SRC).parts[0] != "http"
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_importing_the_core_loads_no_web_module() -> None:
+    """Importing soloist, its CLI and a Scheduler loads neither starlette nor uvicorn."""
+    code = (
+        "import sys, soloist, soloist.cli, soloist.metrics\n"
+        "soloist.Scheduler('memory://')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
