@@ -32,7 +32,7 @@ import pytest
 from fastapi import FastAPI, Request
 from starlette.testclient import TestClient
 
-from soloist import JobContext, Occurrence, Scheduler, State
+from soloist import JobContext, Occurrence, Scheduler, State, StoreUnavailableError
 from soloist.contrib.asgi import lifespan
 from soloist.stores import open_store
 from soloist.stores.base import Store
@@ -265,6 +265,18 @@ def test_lifespan_wraps_the_users_own_lifespan_and_passes_its_state(tmp_path: Pa
         "shutdown, runtime still there: True",
     ]
     assert scheduler.runtime is None
+
+
+def test_lifespan_fails_the_startup_when_the_store_cannot_be_opened() -> None:
+    """A store that cannot be opened fails the app's startup with the store error (so a
+    bad URL stops a deploy), and leaves nothing running."""
+    scheduler = Scheduler("sqlite:////nonexistent-dir/x.db")
+    with (
+        pytest.raises(StoreUnavailableError, match="/nonexistent-dir"),
+        TestClient(FastAPI(lifespan=lifespan(scheduler))),
+    ):
+        pass
+    assert scheduler.runtime is None and not soloist_threads()
 
 
 def test_lifespan_refuses_what_is_not_a_scheduler() -> None:

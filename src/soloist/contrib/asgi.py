@@ -42,7 +42,11 @@ async def running(scheduler: Scheduler, *, workers: bool = True) -> AsyncIterato
     """
     if not isinstance(scheduler, Scheduler):
         raise TypeError(f"invalid scheduler {scheduler!r}: expected a soloist.Scheduler")
-    await scheduler.start(workers=workers)
+    try:
+        await scheduler.start(workers=workers)
+    except BaseException:
+        await scheduler.stop()  # close what was opened: the app will not start
+        raise
     if not workers:
         log.info(
             "soloist store %s open for enqueue only: workers run elsewhere",
