@@ -165,8 +165,17 @@ class Connections:
                 _abandon(task)
 
 
+#: Session settings of every connection. Bitmap scans are off for this store's own
+#: sessions: a claim walks the claim index in order and stops after LIMIT rows, but when the
+#: planner's statistics are stale (autovacuum off, or a queue that grew since the last
+#: ANALYZE) it estimates a handful of due rows and picks a bitmap scan instead, which must
+#: fetch and sort every due row (10,000 rows: 5 ms instead of 0.3 ms per claim). Plain
+#: index scans serve every other statement of the store as well (each has its index).
+SESSION = "SET TIME ZONE 'UTC'; SET enable_bitmapscan = off"
+
+
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
-    await conn.execute("SET TIME ZONE 'UTC'")
+    await conn.execute(SESSION)
 
 
 async def _close_task(task: asyncio.Task[Pool]) -> None:

@@ -62,12 +62,14 @@ _ATTEMPT_COLUMNS = ATTEMPT_COLUMNS
 
 # A candidate is due, claimable and of a listed task. Overlap (allow never blocks): a
 # skip/queue candidate is eligible only if its (job, scope) has no running row and no
-# earlier claimable due row of any task. Within one snapshot at most one non-allow row per
-# (job, scope) is eligible, and the row lock plus PostgreSQL's re-check of a row changed
-# since the snapshot stop two claimers from both taking it, so concurrent claims never
-# start two rows of a non-allow (job, scope). Blocked rows are filtered before LIMIT: they
-# do not use up the batch. Skip rows blocked by a running sibling, or by a sibling claimed
-# earlier in this batch, become skipped in the same statement.
+# earlier claimable due row of any task (rows of kind 'task' aside: they never share a job
+# name with skip/queue rows, and index occurrences_job_siblings leaves them out). Within
+# one snapshot at most one non-allow row per (job, scope) is eligible, and the row lock
+# plus PostgreSQL's re-check of a row changed since the snapshot stop two claimers from
+# both taking it, so concurrent claims never start two rows of a non-allow (job, scope).
+# Blocked rows are filtered before LIMIT: they do not use up the batch. Skip rows blocked
+# by a running sibling, or by a sibling claimed earlier in this batch, become skipped in
+# the same statement.
 _CLAIM = f"""
 WITH {_NOW},
 candidates AS MATERIALIZED (
@@ -80,7 +82,7 @@ candidates AS MATERIALIZED (
         AND NOT EXISTS (
             SELECT FROM {{schema}}.occurrences e
             WHERE e.job = o.job AND e.scope = o.scope AND e.state IN ('scheduled', 'failed')
-              AND e.due_at <= (SELECT now FROM clock)
+              AND e.kind <> 'task' AND e.due_at <= (SELECT now FROM clock)
               AND (e.due_at, e.plan_time, e.seq) < (o.due_at, o.plan_time, o.seq))))
     ORDER BY o.due_at, o.plan_time, o.seq
     LIMIT %(limit)s
@@ -223,17 +225,23 @@ SELECT {_COLS},
 FROM inserted
 """
 
-# Many new occurrences from ``codec.items_params``, in key order: the columns are arrays
-# sent in binary (psycopg dumps text arrays several times slower), zipped by ROWS FROM
-# with the elements of the payloads' JSON array; ``json`` keeps each element's text as
-# written, so payloads read back exactly.
+# Many new occurrences from ``codec.items_params``, in key order: ids, keys and payloads
+# are JSON arrays (``json`` keeps each payload's text as written, so payloads read back
+# exactly), the other columns arrays sent in binary, zipped by ROWS FROM. A column array
+# of one element (a value shared by all rows) is padded with NULLs by ROWS FROM: COALESCE
+# repeats its element (those columns are NOT NULL, so a NULL is always padding).
 _INSERT_ITEMS = f"""
     INSERT INTO {{schema}}.occurrences ({_INSERT_COLUMNS})
-    SELECT i.id, i.dedupe_key, i.job, i.task, i.scope, i.plan_time, i.due_at, i.kind,
-           'scheduled', i.max_attempts, i.overlap, i.payload, clock.now
+    SELECT i.id, i.dedupe_key, COALESCE(i.job, (%(jobs)b::text[])[1]),
+           COALESCE(i.task, (%(tasks)b::text[])[1]), COALESCE(i.scope, (%(scopes)b::text[])[1]),
+           COALESCE(i.plan_time, (%(plan_times)b::timestamptz[])[1]),
+           COALESCE(i.due_at, (%(dues)b::timestamptz[])[1]),
+           COALESCE(i.kind, (%(kinds)b::text[])[1]), 'scheduled',
+           COALESCE(i.max_attempts, (%(max_attempts)b::integer[])[1]),
+           COALESCE(i.overlap, (%(overlaps)b::text[])[1]), i.payload, clock.now
     FROM ROWS FROM (
-            unnest(%(ids)b::text[]), unnest(%(keys)b::text[]), unnest(%(jobs)b::text[]),
-            unnest(%(tasks)b::text[]), unnest(%(scopes)b::text[]),
+            json_array_elements_text(%(ids)s::json), json_array_elements_text(%(keys)s::json),
+            unnest(%(jobs)b::text[]), unnest(%(tasks)b::text[]), unnest(%(scopes)b::text[]),
             unnest(%(plan_times)b::timestamptz[]), unnest(%(dues)b::timestamptz[]),
             unnest(%(kinds)b::text[]), unnest(%(max_attempts)b::integer[]),
             unnest(%(overlaps)b::text[]), json_array_elements(%(payloads)s::json))
@@ -326,8 +334,11 @@ TEMPLATES: dict[str, str] = {
     "get_by_key": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE dedupe_key = %(key)s",
     "cursor_get": "SELECT last_plan_time, planned_count FROM {schema}.plan_cursors "
     "WHERE job = %(job)s AND scope = %(scope)s",
-    "next_due": "SELECT min(due_at) FROM {schema}.occurrences "
-    "WHERE state IN ('scheduled', 'failed') AND task = ANY(%(tasks)s::text[])",
+    # Not min(due_at): with stale statistics the planner aggregates every claimable row
+    # instead of stopping at the first one of the claim index that matches.
+    "next_due": "SELECT due_at FROM {schema}.occurrences "
+    "WHERE state IN ('scheduled', 'failed') AND task = ANY(%(tasks)s::text[]) "
+    "ORDER BY due_at LIMIT 1",
     # History: one statement per filter combination, so that each can use its index.
     "list": f"SELECT {_COLS} FROM {{schema}}.occurrences {_HISTORY}",
     "list_job": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE job = %(job)s {_HISTORY}",
