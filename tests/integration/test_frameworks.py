@@ -57,9 +57,11 @@ def free_port() -> int:
 class Proc:
     """One OS process of the test, its output in a log file."""
 
-    def __init__(self, name: str, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, argv: list[str], cwd: Path, env: dict[str, str], log_dir: Path
+    ) -> None:
         self.name = name
-        self.log_path = cwd / f"{name}.log"
+        self.log_path = log_dir / f"{name}.log"
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env
@@ -103,7 +105,7 @@ class World:
         return env | {"PYTHONUNBUFFERED": "1", "SOLOIST_STORE_URL": self.url} | extra
 
     def start(self, name: str, argv: list[str], cwd: Path | None = None) -> Proc:
-        proc = Proc(name, argv, cwd or self.workdir, self.env())
+        proc = Proc(name, argv, cwd or self.workdir, self.env(), self.workdir)
         self.procs.append(proc)
         return proc
 
