@@ -137,6 +137,15 @@ def world(tmp_path: Path) -> Iterator[World]:
     w.close()
 
 
+def get_json(url: str) -> Any:
+    """The JSON body of a 200 answer to GET ``url``, or None while nothing answers."""
+    try:
+        response = httpx.get(url, timeout=5)
+    except httpx.TransportError:
+        return None
+    return response.json() if response.status_code == 200 else None
+
+
 def started(proc: Proc, marker: str) -> bool:
     proc.check_alive()
     return marker in proc.log()
@@ -302,12 +311,15 @@ SIGNUP = (
 
 
 def test_django_worker_runs_a_task_enqueued_by_a_view_once(world: World) -> None:
-    """``manage.py soloist run`` runs the workers; a view's sync ``enqueue`` is run once by
-    them; ``manage.py soloist status`` lists the worker; SIGTERM stops it (exit 0)."""
-    worker = world.start(
-        "django-worker", manage("soloist", "run", "--instance-id", "django-w1"), DJANGO_SITE
-    )
+    """``manage.py soloist run`` runs the workers (options such as ``--http`` pass through);
+    a view's sync ``enqueue`` is run once by them; ``manage.py soloist status`` lists the
+    worker; SIGTERM stops it (exit 0)."""
+    port = free_port()
+    run = ["run", "--instance-id", "django-w1", "--http", f"127.0.0.1:{port}"]
+    worker = world.start("django-worker", manage("soloist", *run), DJANGO_SITE)
     wait_until(lambda: started(worker, "instance django-w1 started"), "worker", DEADLINE_S)
+    status = wait_until(lambda: get_json(f"http://127.0.0.1:{port}/status"), "--http", EXIT_S)
+    assert status["instance_id"] == "django-w1"
 
     view = world.run(manage("shell", "-c", SIGNUP), DJANGO_SITE)
     assert view.returncode == 0, view.stderr
