@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -115,30 +115,38 @@ class Target:
 
     async def cleanup(self) -> None:
         if self._schemas:
-            store = open_store(self.url)
-            try:
+            async with raw_sql(self.url) as sql:
                 for schema in self._schemas:
                     # The names are ours, [a-z0-9_] only: safe to quote as written.
-                    await _raw(store, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            finally:
-                await store.close()
+                    await sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         self._schemas.clear()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-async def _raw(store: Store, query: str, params: Any = None) -> list[tuple[Any, ...]] | None:
-    """Run raw SQL on a PostgreSQL store's own connection pool (None on other stores).
+RawSQL = Callable[..., Awaitable[list[tuple[Any, ...]]]]
 
-    The core never imports a database driver, so the benchmark borrows the store's pool
-    (a private attribute) for its baselines and clean-up rather than connecting itself."""
-    connections = getattr(store, "_conns", None)
-    if connections is None:
-        return None
-    pool = await connections.pool()
-    async with pool.connection() as conn:
+
+@contextlib.asynccontextmanager
+async def raw_sql(url: str) -> AsyncIterator[RawSQL]:
+    """``sql(query, params=None)`` running raw SQL on a connection of its own to the
+    PostgreSQL server of ``url`` (its ``schema`` parameter aside), for the baselines and
+    the clean-up: nothing of the store under measurement is borrowed. Only for PostgreSQL
+    URLs; psycopg is imported here, so the core still never imports a driver."""
+    import psycopg
+
+    from soloist.stores.postgres import parse_url
+
+    conn = await psycopg.AsyncConnection.connect(parse_url(url).conninfo, autocommit=True)
+
+    async def sql(query: str, params: Any = None) -> list[tuple[Any, ...]]:
         cursor = await conn.execute(query, params)
         rows = await cursor.fetchall() if cursor.description is not None else []
         return [tuple(row) for row in rows]
+
+    try:
+        yield sql
+    finally:
+        await conn.close()
 
 
 def _items(count: int, due: Callable[[int], datetime]) -> list[NewOccurrence]:
@@ -479,31 +487,31 @@ async def measure_baseline(target: Target, config: BenchConfig) -> dict[str, Any
         result: dict[str, Any] = {"python_loops_per_s": _python_loops()}
         if target.kind == "postgresql":
             result["store_round_trips_per_s"] = await _rate(store.now, 1.0)
+            async with raw_sql(url) as sql:
 
-            async def select_one() -> None:
-                await _raw(store, "SELECT 1")
+                async def select_one() -> None:
+                    await sql("SELECT 1")
 
-            result["select_1_per_s"] = await _rate(select_one, 1.0)
-            result["raw_insert_rows_per_s"] = await _raw_insert_rate(store, config)
+                result["select_1_per_s"] = await _rate(select_one, 1.0)
+                schema = str(getattr(store, "schema", ""))
+                result["raw_insert_rows_per_s"] = await _raw_insert_rate(sql, schema, config)
         return result
     finally:
         await store.close()
 
 
-async def _raw_insert_rate(store: Store, config: BenchConfig) -> float:
+async def _raw_insert_rate(sql: RawSQL, schema: str, config: BenchConfig) -> float:
     """Rows/s of a plain ``INSERT ... SELECT FROM unnest`` of comparable rows (a text key,
     two timestamps, a small json), batches of ``config.batch``, one index."""
-    table = f'"{getattr(store, "schema", "")}".bench_raw'  # in the fresh bench schema
-    await _raw(
-        store,
+    table = f'"{schema}".bench_raw'  # in the fresh bench schema
+    await sql(
         f"CREATE TABLE {table} (id text PRIMARY KEY, due_at timestamptz, "
         "created_at timestamptz, payload json)",
     )
     started = time.perf_counter()
     for offset in range(0, config.tasks, config.batch):
         ids = [uuid.uuid4().hex for _ in range(min(config.batch, config.tasks - offset))]
-        await _raw(
-            store,
+        await sql(
             f"INSERT INTO {table} SELECT id, now(), now(), '{{}}'::json "  # noqa: S608
             "FROM unnest(%(ids)s::text[]) AS id",
             {"ids": ids},
@@ -642,12 +650,9 @@ def _ratios(report: dict[str, Any]) -> dict[str, float]:
 async def _server_version(target: Target) -> str | None:
     if target.kind != "postgresql":
         return None
-    store = open_store(target.url)
-    try:
-        rows = await _raw(store, "SHOW server_version")
-        return str(rows[0][0]) if rows else None
-    finally:
-        await store.close()
+    async with raw_sql(target.url) as sql:
+        rows = await sql("SHOW server_version")
+    return str(rows[0][0]) if rows else None
 
 
 async def run_bench(config: BenchConfig) -> dict[str, Any]:

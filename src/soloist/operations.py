@@ -9,8 +9,8 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import Any, Protocol, runtime_checkable
 
 from soloist.durations import parse_duration
 from soloist.errors import (
@@ -48,6 +48,21 @@ log = logging.getLogger("soloist")
 _PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
+@runtime_checkable
+class InsertsAtNow(Protocol):
+    """A store that can insert an occurrence due at its own clock's now plus a delay in one
+    statement (PostgreSQL: ``enqueue`` then needs no round trip to read the clock first).
+    ``item``'s plan_time and due_at are ignored."""
+
+    async def occurrence_insert_now(
+        self, item: NewOccurrence, delay: timedelta
+    ) -> tuple[Occurrence, bool]: ...
+
+
+#: Stands for the times of an item given to ``occurrence_insert_now`` (they are ignored).
+_UNUSED_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 class Operations:
     """Operations that any process may run, whether or not it runs the workers."""
 
@@ -81,20 +96,10 @@ class Operations:
         if key is not None:
             check_name(key, "idempotency key")
         store = await self._store()
-        now = await store.now()
-        due = now
-        if delay is not None:
-            due = now + parse_duration(delay, what="delay", allow_zero=True)
-        elif at is not None:
-            if not isinstance(at, (str, datetime, timedelta)):
-                raise ConfigError(
-                    f"invalid at {at!r}: expected an aware datetime or an RFC 3339 string"
-                )
-            when = at_schedule(at, now=now).next_after(datetime.min.replace(tzinfo=now.tzinfo))
-            due = when if when is not None else now
         dedupe = f"t:{spec.name}:{key}" if key is not None else f"t:{uuid.uuid4().hex}"
-        occ, _created = await store.occurrence_insert(
-            NewOccurrence(
+
+        def item(due: datetime) -> NewOccurrence:
+            return NewOccurrence(
                 dedupe_key=dedupe,
                 job=spec.name,
                 task=spec.name,
@@ -106,7 +111,27 @@ class Operations:
                 overlap=Overlap.ALLOW,
                 payload=data,
             )
-        )
+
+        if at is None and isinstance(store, InsertsAtNow):
+            # One round trip: the store's clock fixes the due time inside the insert.
+            wait = timedelta(0)
+            if delay is not None:
+                wait = parse_duration(delay, what="delay", allow_zero=True)
+            occ, _created = await store.occurrence_insert_now(item(_UNUSED_TIME), wait)
+            self._wake()
+            return occ
+        now = await store.now()
+        due = now
+        if delay is not None:
+            due = now + parse_duration(delay, what="delay", allow_zero=True)
+        elif at is not None:
+            if not isinstance(at, (str, datetime, timedelta)):
+                raise ConfigError(
+                    f"invalid at {at!r}: expected an aware datetime or an RFC 3339 string"
+                )
+            when = at_schedule(at, now=now).next_after(datetime.min.replace(tzinfo=now.tzinfo))
+            due = when if when is not None else now
+        occ, _created = await store.occurrence_insert(item(due))
         self._wake()
         return occ
 

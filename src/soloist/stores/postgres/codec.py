@@ -71,31 +71,42 @@ def dump_object(value: object, what: str) -> str:
 
 def occurrence(row: Sequence[Any]) -> Occurrence:
     """An occurrence from a row in ``queries.OCCURRENCE_COLUMNS`` order (extra columns
-    after those are ignored)."""
+    after those are ignored). The payload may come as JSON text (the claim sends it so: an
+    empty payload then costs no decoding). Every claimed row passes here: positional
+    arguments and dict lookups of the enums keep it about twice as fast as keywords and
+    enum calls."""
+    payload = row[12]
+    if type(payload) is str:
+        payload = {} if payload == "{}" else json.loads(payload)
     return Occurrence(
-        id=row[0],
-        dedupe_key=row[1],
-        job=row[2],
-        task=row[3],
-        scope=row[4],
-        plan_time=utc(row[5]),
-        due_at=utc(row[6]),
-        kind=Kind(row[7]),
-        state=State(row[8]),
-        attempt=row[9],
-        max_attempts=row[10],
-        overlap=Overlap(row[11]),
-        payload=row[12],
-        instance_id=row[13],
-        lease_expires_at=_opt(row[14]),
-        fencing_token=row[15],
-        created_at=utc(row[16]),
-        started_at=_opt(row[17]),
-        finished_at=_opt(row[18]),
-        error_code=row[19],
-        error_message=row[20],
-        result=row[21],
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        utc(row[5]),
+        utc(row[6]),
+        _KIND[row[7]],
+        _STATE[row[8]],
+        row[9],
+        row[10],
+        _OVERLAP[row[11]],
+        payload,
+        row[13],
+        _opt(row[14]),
+        row[15],
+        utc(row[16]),
+        _opt(row[17]),
+        _opt(row[18]),
+        row[19],
+        row[20],
+        row[21],
     )
+
+
+_KIND = {kind.value: kind for kind in Kind}
+_STATE = {state.value: state for state in State}
+_OVERLAP = {overlap.value: overlap for overlap in Overlap}
 
 
 def insert_params(item: NewOccurrence) -> dict[str, Any]:

@@ -44,6 +44,8 @@ OCCURRENCE_COLUMNS = (
     "created_at, started_at, finished_at, error_code, error_message, result"
 )
 _COLS = OCCURRENCE_COLUMNS
+# The claim's columns: the payload as text (see ``codec.occurrence``).
+_CLAIMED_COLS = _COLS.replace("payload,", "payload::text,")
 #: The ``clock`` CTE fixing a statement's instant: the caller's ``%(now)s``, else the server's.
 NOW_CTE = (
     "clock AS MATERIALIZED (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)"
@@ -114,7 +116,7 @@ skipped AS (
         error_message = 'skipped: a previous occurrence of this job and scope was running'
     FROM to_skip k, clock WHERE o.id = k.id
 )
-SELECT {_COLS} FROM claimed ORDER BY due_at, plan_time, seq
+SELECT {_CLAIMED_COLS} FROM claimed ORDER BY due_at, plan_time, seq
 """
 
 _RENEW = f"""
@@ -224,6 +226,11 @@ SELECT {_COLS},
        (SELECT count(*) FROM ({_WAKE} FROM inserted WHERE due_at {_SOON}) AS wake)
 FROM inserted
 """
+# The same, due the statement's instant plus %(delay)s: ``enqueue`` in one round trip.
+_INSERT_NOW = _INSERT.replace(
+    "%(plan_time)s, %(due_at)s", "clock.now + %(delay)s, clock.now + %(delay)s"
+)
+assert _INSERT_NOW != _INSERT
 
 # Many new occurrences from ``codec.items_params``, in key order: ids, keys and payloads
 # are JSON arrays (``json`` keeps each payload's text as written, so payloads read back
@@ -324,6 +331,7 @@ TEMPLATES: dict[str, str] = {
     "release": _RELEASE,
     "reap": _REAP,
     "insert": _INSERT,
+    "insert_now": _INSERT_NOW,
     "insert_many": _INSERT_MANY,
     "plan_first": _PLAN_FIRST,
     "plan_next": _PLAN_NEXT,
@@ -380,6 +388,7 @@ class Queries:
         self.release = rendered["release"]
         self.reap = rendered["reap"]
         self.insert = rendered["insert"]
+        self.insert_now = rendered["insert_now"]
         self.insert_many = rendered["insert_many"]
         self.plan_first = rendered["plan_first"]
         self.plan_next = rendered["plan_next"]

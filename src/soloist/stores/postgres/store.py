@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from soloist.clock import Clock
-from soloist.errors import DuplicateJobError, StoreError
+from soloist.errors import ConfigError, DuplicateJobError, StoreError
 from soloist.models import (
     Attempt,
     Claimed,
@@ -134,11 +134,31 @@ class PostgresStore:
         row = await self._row(self._sql.insert, params)
         if row is not None:
             return codec.occurrence(row), True
+        return await self._existing(item.dedupe_key), False
+
+    async def occurrence_insert_now(
+        self, item: NewOccurrence, delay: timedelta = timedelta(0)
+    ) -> tuple[Occurrence, bool]:
+        """:meth:`occurrence_insert` with plan_time and due_at set to the store's now plus
+        ``delay`` (those of ``item`` are ignored), in one statement: ``enqueue`` needs no
+        separate round trip to read the database's clock. (Not part of the Store protocol:
+        a PostgreSQL speed-up that ``Operations.enqueue`` uses when a store offers it.)"""
+        if not isinstance(delay, timedelta) or delay < timedelta(0):
+            raise ConfigError(f"invalid delay {delay!r}: expected a timedelta >= 0")
+        params = codec.insert_params(item)
+        del params["plan_time"], params["due_at"]
+        params.update(delay=delay, now=self._at(None), channel=self.target.channel)
+        row = await self._row(self._sql.insert_now, params)
+        if row is not None:
+            return codec.occurrence(row), True
+        return await self._existing(item.dedupe_key), False
+
+    async def _existing(self, dedupe_key: str) -> Occurrence:
         # A new statement sees a row that a concurrent insert committed meanwhile.
-        row = await self._row(self._sql.get_by_key, {"key": item.dedupe_key})
+        row = await self._row(self._sql.get_by_key, {"key": dedupe_key})
         if row is None:
-            raise StoreError(f"occurrence {item.dedupe_key!r} was neither inserted nor found")
-        return codec.occurrence(row), False
+            raise StoreError(f"occurrence {dedupe_key!r} was neither inserted nor found")
+        return codec.occurrence(row)
 
     async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
         if not items:
