@@ -190,6 +190,17 @@ def test_python_examples_compile_and_import_real_names() -> None:
                     assert hasattr(module, alias.name), f"{where}: {node.module}.{alias.name}"
 
 
+def test_yaml_and_json_examples_parse() -> None:
+    """Every ```yaml block (Kubernetes, Compose) and ```json block in the docs parses."""
+    yaml = pytest.importorskip("yaml")  # PyYAML comes with mkdocs
+    blocks = code_blocks("yaml")
+    assert len(blocks) >= 3
+    for where, body in blocks:
+        assert yaml.safe_load(body) is not None, where
+    for where, body in code_blocks("json"):
+        assert isinstance(json.loads(body), dict), where
+
+
 def test_examples_call_only_methods_that_exist() -> None:
     """Calls on `app.`, `app.schedules.` and `ctx.` in the docs' Python examples name real
     methods and attributes of Scheduler, Schedules and JobContext."""
