@@ -18,11 +18,15 @@ import pytest
 from psycopg import sql
 
 from soloist.clock import SystemClock
+from soloist.context import JobContext
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
-from soloist.models import Claimed, JobRecord, Outcome, Overlap, State
+from soloist.models import Claimed, JobRecord, Kind, Outcome, Overlap, State
+from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.postgres import PostgresStore, parse_url
+from soloist.stores.postgres.connections import SESSION
 from soloist.stores.postgres.migrations import MIGRATIONS
+from soloist.stores.postgres.queries import Queries
 from soloist.testing.conformance import claim, new_occurrence
 from soloist.testing.conformance.processes import race_claimers
 
@@ -219,6 +223,157 @@ async def test_bulk_inserted_json_reads_back_exactly(store: PostgresStore) -> No
     assert await store.occurrence_insert_many(items) == 3
     stored = {o.dedupe_key: o.payload for o in await store.occurrence_list()}
     assert [json.dumps(stored[f"k{n}"]) for n in range(3)] == [json.dumps(p) for p in payloads]
+
+
+async def test_bulk_insert_reads_back_shared_and_distinct_columns(store: PostgresStore) -> None:
+    """insert_many stores each row's own values whether a column is shared by every row
+    (sent once) or differs between rows, and a single row too."""
+    base = LONG_AGO
+    mixed = [
+        new_occurrence(
+            f"m{n}",
+            job=f"job{n % 2}",
+            task="task" if n else "other",
+            scope=f"s{n}",
+            plan_time=base + timedelta(seconds=n),
+            due_at=base + timedelta(seconds=2 * n),
+            kind=(Kind.SCHEDULE, Kind.TRIGGER, Kind.TASK)[n % 3],
+            max_attempts=n + 1,
+            overlap=(Overlap.ALLOW, Overlap.SKIP, Overlap.QUEUE)[n % 3],
+            payload={"n": n},
+        )
+        for n in range(5)
+    ]
+    shared = [new_occurrence(f"s{n}", job="same", due_at=base) for n in range(4)]
+    single = [new_occurrence("one", job="lone", kind=Kind.TRIGGER, max_attempts=3)]
+    for items in (mixed, shared, single):
+        assert await store.occurrence_insert_many(items) == len(items)
+    stored = {o.dedupe_key: o for o in await store.occurrence_list(limit=100)}
+    for item in [*mixed, *shared, *single]:
+        occ = stored[item.dedupe_key]
+        got = (occ.job, occ.task, occ.scope, occ.plan_time, occ.due_at, occ.kind)
+        assert got == (item.job, item.task, item.scope, item.plan_time, item.due_at, item.kind)
+        assert (occ.max_attempts, occ.overlap, occ.payload) == (
+            item.max_attempts,
+            item.overlap,
+            item.payload,
+        )
+        assert occ.state == State.SCHEDULED and len(occ.id) == 32
+
+
+async def test_enqueue_is_one_statement_due_by_the_database_clock(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aenqueue sends one statement: the database's clock fixes created_at, plan_time and
+    due_at (now + delay) inside the insert; a key seen before returns the first row."""
+    app = Scheduler(store)
+
+    @app.task(name="t")
+    async def t(ctx: JobContext) -> None:
+        return None
+
+    await app.aenqueue("t")  # warm-up: the pool is open before counting starts
+    sent: list[str] = []
+    execute = psycopg.AsyncCursor.execute
+
+    async def counting(self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+        sent.append(str(query))
+        return await execute(self, query, *args, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    before = await store.now()
+    sent.clear()
+    occ_id = await app.aenqueue("t", delay="10s")
+    assert len(sent) == 1
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None and occ.created_at >= before and occ.kind == Kind.TASK
+    assert occ.plan_time == occ.due_at == occ.created_at + timedelta(seconds=10)
+    first_id = await app.aenqueue("t", key="once")
+    assert await app.aenqueue("t", key="once", delay="1h") == first_id
+    first = await store.occurrence_get(first_id)
+    assert first is not None and first.due_at == first.created_at
+    with pytest.raises(ConfigError, match="-1s"):
+        await app.aenqueue("t", delay="-1s")
+
+
+def _plan(dsn: str, query: str, params: dict[str, Any]) -> str:
+    """EXPLAIN ANALYZE of ``query`` on a session set up as the store sets up its own."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SESSION)
+        with conn.transaction(force_rollback=True):
+            rows = conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {query}", params).fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+async def test_claims_walk_the_claim_index_without_sorting_the_due_rows(
+    postgres_dsn: str, store: PostgresStore
+) -> None:
+    """With 3,000 due rows and no statistics (autovacuum off, never analyzed), a claim and
+    next_due read the claim index in order and stop early: no bitmap scan, no sort of every
+    due row (the plan the planner picks from its default estimates otherwise)."""
+    items = [new_occurrence(f"k{n:04}", due_at=LONG_AGO) for n in range(3000)]
+    assert await store.occurrence_insert_many(items) == 3000
+    sql_ = Queries(store.schema)
+    params = {"now": None, "tasks": ["task"], "limit": 100, "instance": "i1", "ttl": TTL}
+    claim_plan = await asyncio.to_thread(_plan, postgres_dsn, sql_.claim, params)
+    assert "Index Scan using occurrences_claim" in claim_plan, claim_plan
+    assert "Bitmap" not in claim_plan and "Sort Key: o.due_at" not in claim_plan, claim_plan
+    next_plan = await asyncio.to_thread(_plan, postgres_dsn, sql_.next_due, {"tasks": ["task"]})
+    (scan,) = [line for line in next_plan.splitlines() if "using occurrences_claim" in line]
+    assert "Index Scan" in scan and "rows=1 loops=1" in scan, next_plan  # stopped at once
+
+
+def _indexes(dsn: str, schema: str) -> set[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = %s",
+            (schema, "occurrences"),
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+async def test_migration_3_keeps_rows_and_trims_the_indexes(
+    postgres_dsn: str, postgres_url: str
+) -> None:
+    """A schema at version 2 migrates to 3 keeping its rows: renewals touch no index
+    (no lease index) and enqueued tasks get no sibling entry; overlap rules still hold."""
+    schema = parse_url(postgres_url).schema
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.schema_version (version integer PRIMARY KEY, "
+                "applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            ).format(sql.Identifier(schema))
+        )
+        for version in (1, 2):
+            for statement in MIGRATIONS[version - 1]:
+                conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_version (version) VALUES (%s)").format(
+                    sql.Identifier(schema)
+                ),
+                (version,),
+            )
+    assert "occurrences_lease" in _indexes(postgres_dsn, schema)
+    store = PostgresStore(postgres_url)
+    try:
+        first, _ = await store.occurrence_insert(
+            new_occurrence("a", due_at=LONG_AGO, overlap=Overlap.SKIP)
+        )
+        await store.migrate()
+        assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+        indexes = _indexes(postgres_dsn, schema)
+        assert "occurrences_lease" not in indexes and "occurrences_siblings" not in indexes
+        assert "occurrences_job_siblings" in indexes
+        later, _ = await store.occurrence_insert(
+            new_occurrence("b", due_at=LONG_AGO + timedelta(seconds=1), overlap=Overlap.SKIP)
+        )
+        assert [o.id for o in await claim(store)] == [first.id]
+        skipped = await store.occurrence_get(later.id)
+        assert skipped is not None and skipped.state == State.SKIPPED
+    finally:
+        await store.close()
 
 
 async def test_a_schema_at_version_1_migrates_keeping_its_rows(
