@@ -448,7 +448,7 @@ class Scheduler:
             coro.close()
             raise SoloistError(
                 "this sync call was made inside a running event loop; use its async twin "
-                "(aenqueue, atrigger, apause, aresume, ahistory, schedules.aadd...)"
+                "(aenqueue, atrigger, apause, aresume, aretry, ahistory, astatus, ...)"
             )
         if loop is not None and loop.is_running():
             return asyncio.run_coroutine_threadsafe(coro, loop).result()
