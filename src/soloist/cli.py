@@ -26,6 +26,7 @@ from soloist import logs
 from soloist.config import parse_http_address
 from soloist.errors import ConfigError, SoloistError, StoreError, StoreUnavailableError
 from soloist.models import JobRecord
+from soloist.operations import mask_url
 from soloist.scheduler import Scheduler
 from soloist.schedules import schedule_from_dict
 from soloist.stores import DEFAULT_STORE_URL, open_store
@@ -184,7 +185,7 @@ def migrate(store: str) -> None:
         return None
 
     _with_store(store, noop)
-    click.echo(f"store {store} is at the newest schema")
+    click.echo(f"store {mask_url(store)} is at the newest schema")
 
 
 @main.command()

@@ -153,6 +153,21 @@ def test_migrate_creates_the_schema_and_is_idempotent(cli: Cli, tmp_path: Path) 
     assert cli.jobs() == {}
 
 
+def test_migrate_never_prints_the_store_password(cli: Cli, postgres_url: str) -> None:
+    """`soloist migrate` on a URL with a password (ignored by the test server's trust
+    auth) reports the store with the password masked."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(postgres_url)
+    user = parts.username or "postgres"
+    netloc = f"{user}:s3cret-pw@{parts.hostname}:{parts.port or 5432}"
+    url = urlunsplit(parts._replace(netloc=netloc))
+    done = cli("migrate", store=url)
+    assert done.returncode == 0, done.stderr
+    assert "s3cret-pw" not in done.stdout + done.stderr
+    assert "newest schema" in done.stdout
+
+
 def test_jobs_lists_the_jobs_a_running_instance_registered(cli: Cli) -> None:
     """`jobs --json` is empty before `run`, then lists the app's jobs with their schedules."""
     assert cli.ok("jobs", "--json") == ""
