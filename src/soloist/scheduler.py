@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import logging
 import signal
 import threading
@@ -15,6 +17,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from soloist import logs
+from soloist._portal import Portal
 from soloist.clock import Clock, SystemClock
 from soloist.config import Config
 from soloist.errors import ConfigError, SoloistError
@@ -98,9 +101,12 @@ class Scheduler:
         self._on_demoted: list[LeadershipCallback] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
-        # Sync calls made without a running runtime share one store, opened and closed on a
-        # private loop per call: one such call at a time (a threaded web server's views).
-        self._private_lock = threading.Lock()
+        # Sync calls made while no scheduler loop runs go to a portal: a private loop in a
+        # daemon thread with a store of its own that stays open between calls.
+        self._portal: Portal | None = None
+        self._portal_store: Store | None = None
+        self._portal_store_lock = asyncio.Lock()
+        self._portal_lock = threading.Lock()
 
     # -- definitions --------------------------------------------------------------------------
     def job(
@@ -425,6 +431,13 @@ class Scheduler:
 
     # -- plumbing -----------------------------------------------------------------------------
     async def _ready_store(self) -> Store:
+        portal = self._portal
+        if (
+            portal is not None
+            and asyncio.get_running_loop() is portal.loop
+            and self._own_portal_store
+        ):
+            return await self._ready_portal_store()
         if self._store is None:
             self._store = self._given_store or open_store(self.config.store_url, clock=None)
         if not self._store_ready:
@@ -432,13 +445,30 @@ class Scheduler:
             self._store_ready = True
         return self._store
 
+    @property
+    def _own_portal_store(self) -> bool:
+        # A memory store *is* the data and a given store is the caller's: both are shared.
+        return self._given_store is None and not self.config.store_url.startswith("memory:")
+
+    async def _ready_portal_store(self) -> Store:
+        async with self._portal_store_lock:
+            if self._portal_store is None:
+                store = open_store(self.config.store_url, clock=None)
+                try:
+                    await store.migrate()
+                except BaseException:
+                    await store.close()
+                    raise
+                self._portal_store = store
+            return self._portal_store
+
     def _wake(self) -> None:
         if self._runtime is not None:
             self._runtime.wake()
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a short operation from sync code: on the scheduler's loop if it runs in
-        another thread, else on a private loop."""
+        another thread, else on the portal (a private loop in a daemon thread)."""
         loop = self._loop
         try:
             running = asyncio.get_running_loop()
@@ -452,17 +482,32 @@ class Scheduler:
             )
         if loop is not None and loop.is_running():
             return asyncio.run_coroutine_threadsafe(coro, loop).result()
-        with self._private_lock:
-            return asyncio.run(self._run_private(coro))
+        return self._ready_portal().call(coro)
 
-    async def _run_private(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            return await coro
-        finally:
-            # The private loop goes away: a store opened here must not outlive it. A
-            # memory store is the exception: it *is* the data, and lives with the app.
-            if self._runtime is None and not self.config.store_url.startswith("memory:"):
-                await self.aclose()
+    def _ready_portal(self) -> Portal:
+        with self._portal_lock:
+            portal = self._portal
+            if portal is None or not portal.usable:
+                if portal is None:
+                    atexit.register(self.close)
+                # After a fork the parent's store connections are not ours to close.
+                self._portal_store = None
+                self._portal_store_lock = asyncio.Lock()
+                portal = self._portal = Portal()
+            return portal
+
+    def close(self) -> None:
+        """Close what sync calls opened (the portal's store and thread). Safe twice; called
+        at interpreter exit. A running scheduler is stopped by :meth:`stop`, not this."""
+        with self._portal_lock:
+            portal, self._portal = self._portal, None
+            store, self._portal_store = self._portal_store, None
+        if portal is None or not portal.usable:
+            return
+        if store is not None:
+            with contextlib.suppress(Exception):
+                portal.call(store.close())
+        portal.close()
 
 
 class Schedules:
