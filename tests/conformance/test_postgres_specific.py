@@ -24,7 +24,7 @@ from soloist.models import Claimed, JobRecord, Kind, Outcome, Overlap, State
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.postgres import PostgresStore, parse_url
-from soloist.stores.postgres.connections import SESSION
+from soloist.stores.postgres.connections import ORDERED_WALK, ORDERED_WALK_END
 from soloist.stores.postgres.migrations import MIGRATIONS
 from soloist.stores.postgres.queries import Queries
 from soloist.testing.conformance import claim, new_occurrence
@@ -297,11 +297,10 @@ async def test_enqueue_is_one_statement_due_by_the_database_clock(
 
 
 def _plan(dsn: str, query: str, params: dict[str, Any]) -> str:
-    """EXPLAIN ANALYZE of ``query`` on a session set up as the store sets up its own."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(SESSION)
-        with conn.transaction(force_rollback=True):
-            rows = conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {query}", params).fetchall()
+    """EXPLAIN ANALYZE of ``query`` with the settings the store runs it with."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction(force_rollback=True):
+        conn.execute(ORDERED_WALK)
+        rows = conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {query}", params).fetchall()
     return "\n".join(row[0] for row in rows)
 
 
@@ -483,7 +482,8 @@ async def test_processes_racing_to_claim_take_each_row_once(
 async def test_batches_are_one_statement_each(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 500-row claim, and renewing and completing those 500, each send one statement."""
+    """A 500-row claim, and renewing and completing those 500, each send one statement
+    (the claim also sets its planner setting, in the same round trip)."""
     items = [new_occurrence(f"k{n}", due_at=LONG_AGO + timedelta(seconds=n)) for n in range(1000)]
     await store.plan_advance("bulk", "", None, LONG_AGO, 1000, items)
     await store.occurrence_get("warm-up")  # the pool is open before counting starts
@@ -496,6 +496,8 @@ async def test_batches_are_one_statement_each(
 
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
     batch = await claim(store, limit=500)
+    assert (sent[0], sent[-1]) == (ORDERED_WALK, ORDERED_WALK_END)
+    del sent[0], sent[-1]
     assert len(batch) == 500 and len(sent) == 1
     assert [o.due_at for o in batch] == [LONG_AGO + timedelta(seconds=n) for n in range(500)]
     held = [Claimed(o.id, o.fencing_token) for o in batch]
@@ -739,3 +741,17 @@ async def test_a_new_listener_reports_possible_missed_work(store: PostgresStore)
     assert await store.work_wait(5) is True
     assert time.monotonic() - started < 1
     assert await store.work_wait(0.05) is False
+
+
+async def test_the_ordered_walk_setting_ends_with_its_statement(store: PostgresStore) -> None:
+    """After claims and next_due, a failing claim too, the store's pooled connection has
+    bitmap scans on again: only those statements run without them."""
+    await store.occurrence_insert(new_occurrence("k", due_at=LONG_AGO))
+    assert len(await claim(store)) == 1
+    assert await store.occurrence_next_due(["task"]) is None
+    await store.occurrence_insert(new_occurrence("k2", due_at=LONG_AGO))
+    with pytest.raises(StoreError, match="out of range"):  # the lease expiry overflows
+        await store.occurrence_claim("i1", ["task"], 10, timedelta(days=999_999_999))
+    # The store's own plumbing, to read its sessions' setting (one connection: calls in turn).
+    row = await store._row("SHOW enable_bitmapscan", {})
+    assert row == ("on",)

@@ -23,7 +23,7 @@ from soloist.models import (
 )
 from soloist.stores._values import aware_utc, positive_ttl
 from soloist.stores.postgres import codec, migrations
-from soloist.stores.postgres.connections import Connections
+from soloist.stores.postgres.connections import ORDERED_WALK, ORDERED_WALK_END, Connections
 from soloist.stores.postgres.coordination import Coordination
 from soloist.stores.postgres.queries import Queries
 from soloist.stores.postgres.url import parse_url
@@ -66,6 +66,18 @@ class PostgresStore:
             async with pool.connection() as conn:
                 cursor = await conn.execute(query, params)
                 return await cursor.fetchall() if cursor.description is not None else []
+
+    async def _walk(self, query: str, params: dict[str, Any]) -> list[Row]:
+        """Rows of a statement that must read the claim index in order and stop early (see
+        ``connections.ORDERED_WALK``), pipelined with its setting into one round trip."""
+        with self._conns.translated():
+            pool = await self._conns.pool()
+            async with pool.connection() as conn:
+                async with conn.pipeline():
+                    await conn.execute(ORDERED_WALK)
+                    cursor = await conn.execute(query, params)
+                    await conn.execute(ORDERED_WALK_END)
+                return await cursor.fetchall()
 
     async def _row(self, query: str, params: dict[str, Any]) -> Row | None:
         rows = await self._rows(query, params)
@@ -218,7 +230,7 @@ class PostgresStore:
             "instance": instance_id,
             "ttl": lease_ttl,
         }
-        return [codec.occurrence(row) for row in await self._rows(self._sql.claim, params)]
+        return [codec.occurrence(row) for row in await self._walk(self._sql.claim, params)]
 
     async def lease_renew(
         self,
@@ -272,8 +284,8 @@ class PostgresStore:
     ) -> datetime | None:
         if not tasks:
             return None
-        row = await self._row(self._sql.next_due, {"tasks": sorted(set(tasks))})
-        return codec.utc(row[0]) if row is not None and row[0] is not None else None
+        rows = await self._walk(self._sql.next_due, {"tasks": sorted(set(tasks))})
+        return codec.utc(rows[0][0]) if rows else None
 
     async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
         row = await self._row(self._sql.get, {"id": occurrence_id})
