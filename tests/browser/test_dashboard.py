@@ -52,8 +52,8 @@ def test_page_shows_header_jobs_and_instances(page: Page, servers: Servers) -> N
     expect(instances.filter(has_text="dash-admin")).to_have_count(1)
     expect(instances.filter(has_text="dash-viewer")).to_have_count(1)
     # Exactly one instance is marked leader, and it is the one the store elected.
-    leader = page.locator("#instances .badge.leader")
-    expect(leader).to_have_count(1)
+    leader = page.locator(".badge.leader")
+    expect(instances.locator(".badge.leader")).to_have_count(1)
     _, status = servers.admin.get("status")
     if status["leader_id"]:
         expect(page.locator("#leader")).to_contain_text(status["leader_id"])
