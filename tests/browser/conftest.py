@@ -2,7 +2,8 @@
 
 ``servers`` starts two ``soloist run --http`` processes of ``apps/dashboard_app.py`` on one
 temporary SQLite store: ``admin`` with ``SOLOIST_TOKEN`` set (actions enabled) and
-``viewer`` without it (read-only). ``page`` opens a fresh browser context (empty
+``viewer`` without it (read-only); ``mounted`` serves the app under ``/ops`` in a host
+ASGI app. ``page`` opens a fresh browser context (empty
 sessionStorage) in which every request leaving 127.0.0.1 is refused and recorded, and fails
 the test if the page raised a JavaScript error or opened a dialog (an ``alert`` injected
 through a job name would).
@@ -82,6 +83,20 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The same app served by uvicorn with soloist's HTTP app mounted under ``/ops``."""
+    workdir: Path = tmp_path_factory.mktemp("mounted")
+    server = Server(
+        "dash-mounted", f"sqlite:///{workdir / 'soloist.db'}", workdir, TOKEN, mounted=True
+    )
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from typing import Any
 
 from soloist.testing import wait_until
 
-APP = str(Path(__file__).parent / "apps" / "dashboard_app.py") + ":app"
+APPS = Path(__file__).parent / "apps"
+APP = str(APPS / "dashboard_app.py") + ":app"
 SOLOIST = str(Path(sys.executable).with_name("soloist"))
 if not Path(SOLOIST).exists():  # pragma: no cover - depends on the install
     SOLOIST = shutil.which("soloist") or SOLOIST
@@ -56,16 +57,30 @@ def free_port() -> int:
 class Server:
     """One ``soloist run APP --http 127.0.0.1:PORT`` process."""
 
-    def __init__(self, instance_id: str, store_url: str, workdir: Path, token: str | None):
+    def __init__(
+        self,
+        instance_id: str,
+        store_url: str,
+        workdir: Path,
+        token: str | None,
+        *,
+        mounted: bool = False,
+    ):
+        """``mounted``: serve ``apps/mounted.py`` with uvicorn (the dashboard under
+        ``/ops/``) instead of ``soloist run --http``."""
         self.instance_id = instance_id
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
+        self.url = f"http://127.0.0.1:{self.port}/" + ("ops/" if mounted else "")
         self.log_path = workdir / f"{instance_id}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SOLOIST_")}
+        env |= {"SOLOIST_STORE_URL": store_url, "SOLOIST_INSTANCE_ID": instance_id}
         if token is not None:
             env["SOLOIST_TOKEN"] = token
-        command = [SOLOIST, "run", APP, "--http", f"127.0.0.1:{self.port}"]
-        command += ["--store", store_url, "--instance-id", instance_id]
+        if mounted:
+            command = [sys.executable, "-m", "uvicorn", "mounted:web", "--app-dir", str(APPS)]
+            command += ["--host", "127.0.0.1", "--port", str(self.port)]
+        else:
+            command = [SOLOIST, "run", APP, "--http", f"127.0.0.1:{self.port}"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir

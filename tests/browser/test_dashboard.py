@@ -8,6 +8,7 @@ from playwright.sync_api import Locator, Page, Request, expect
 
 from .apps.dashboard_app import ERROR_MARKUP, IMG_NAME, SCRIPT_NAME
 from .conftest import TOKEN, PageWatch, Servers
+from .servers import Server
 
 # Auto-waiting assertions retry until this many ms have passed: the page refreshes every
 # 2.5 s and the jobs run every 1-2 s on a loaded machine.
@@ -186,3 +187,19 @@ def test_server_without_token_is_read_only(page: Page, servers: Servers) -> None
     buttons = page.locator("#jobs button")
     expect(buttons.first).to_be_visible()
     expect(page.locator("#jobs button:enabled, #failures button:enabled")).to_have_count(0)
+
+
+def test_dashboard_works_under_a_prefix(page: Page, mounted: Server) -> None:
+    """Mounted under /ops in a host app, the page reads and acts through /ops/ URLs only."""
+    paths: list[str] = []
+    page.on("request", lambda request: paths.append(request.url.split("/", 3)[3]))
+    page.add_init_script(f"sessionStorage.setItem('soloist.token', {TOKEN!r})")
+    open_dashboard(page, mounted.url.removesuffix("/"))  # /ops: redirected to /ops/
+    expect(page.locator("#instance-id")).to_have_text("dash-mounted")
+    expect(job_row(page, "tick").locator(".state")).to_have_text("succeeded")
+    page.get_by_label("Job", exact=True).select_option("monthly-report")
+    page.get_by_role("button", name="trigger monthly-report", exact=True).click()
+    expect(page.locator("#message")).to_contain_text("accepted, HTTP 202")
+    expect(page.locator("#occurrences tbody tr[data-state]")).to_have_count(1)
+    outside = [path for path in paths if not path.startswith("ops")]
+    assert outside == [], f"requests outside the prefix: {outside}"
