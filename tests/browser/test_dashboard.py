@@ -71,6 +71,17 @@ def test_page_refreshes_itself_without_reloading(page: Page, servers: Servers) -
     assert page.evaluate("window.sameDocument === true"), "the page was reloaded"
 
 
+def test_failed_refresh_is_shown_and_recovers(page: Page, servers: Servers) -> None:
+    """When the server stops answering the page says so, keeps its data, and recovers."""
+    open_dashboard(page, servers.admin.url)
+    page.route("**/status", lambda route: route.fulfill(status=503, body="{}"))
+    expect(page.locator("#updated")).to_contain_text("refresh failed")
+    expect(page.locator("#updated")).to_have_class("stale")
+    expect(job_row(page, "tick")).to_have_count(1)
+    page.unroute("**/status")
+    expect(page.locator("#updated")).to_have_text(re.compile(r"^updated at "))
+
+
 def test_filters_narrow_history_and_are_kept(page: Page, servers: Servers) -> None:
     """Choosing a job and a state narrows the history, in the request and on the page,
     and the choice survives the automatic refreshes."""
