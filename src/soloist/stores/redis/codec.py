@@ -108,6 +108,11 @@ def outcome_args(outcomes: Sequence[Outcome]) -> list[object]:
     return args
 
 
+def occurrences(text: str) -> list[Occurrence]:
+    """Occurrences from a JSON array of rows (``rows_json`` in lib.lua; false is None)."""
+    return [occurrence([v if v is not False else None for v in row]) for row in json.loads(text)]
+
+
 def occurrence(row: Row) -> Occurrence:
     """An occurrence from a row in :data:`FIELDS` order."""
     (

@@ -184,8 +184,7 @@ class RedisStore:
             return []
         ttl = positive_ttl(lease_ttl, "lease_ttl") // _US
         args = [instance_id, limit, ttl, *sorted(set(tasks))]
-        rows = await self._run("claim", self._at(now), args)
-        return [codec.occurrence(row) for row in rows]
+        return codec.occurrences(await self._run("claim", self._at(now), args))
 
     async def _runner(
         self, op: str, instance_id: str, now: datetime | None, args: list[Any]
@@ -220,8 +219,7 @@ class RedisStore:
         return await self._runner("release", instance_id, now, _pairs(claims))
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
-        rows = await self._run("reap", self._at(now), [])
-        return [codec.occurrence(row) for row in rows]
+        return codec.occurrences(await self._run("reap", self._at(now), []))
 
     async def occurrence_next_due(
         self, tasks: Collection[str], now: datetime | None = None
@@ -248,8 +246,7 @@ class RedisStore:
             return []
         state_value = State(state).value if state is not None else ""
         args = ["list", job if job is not None else "", state_value, limit]
-        rows = await self._run("read", self._at(None), args)
-        return [codec.occurrence(row) for row in rows]
+        return codec.occurrences(await self._run("read", self._at(None), args))
 
     async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
         flat, due = await self._run("read", self._at(now), ["counts"])

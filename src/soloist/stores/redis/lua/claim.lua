@@ -52,7 +52,7 @@ while #claimed < limit and blocked <= MAX_BLOCKED do
       redis.call('HSET', k, 'state', 'skipped', 'finished', NOW_US, 'ecode', 'overlap',
         'emsg', 'skipped: a previous occurrence of this job and scope was running')
       move(ord, h[1], h[4], 'skipped')
-      finished(id)
+      finished(ord)
     end
   else
     redis.call('ZREM', s.key, ord)
@@ -68,4 +68,4 @@ while #claimed < limit and blocked <= MAX_BLOCKED do
   end
 end
 if blocked > 0 then trim(100) end
-return claimed
+return rows_json(claimed)

@@ -39,7 +39,7 @@ if op == 'list' then
     end
     start = start + page_size
   end
-  return out
+  return rows_json(out)
 elseif op == 'counts' then
   local due = 0
   for _, task in ipairs(redis.call('SMEMBERS', B .. ':tasks')) do

@@ -21,7 +21,7 @@ for _, id in ipairs(ids) do
       wake(NOW)
     else
       redis.call('HSET', k, 'finished', NOW_US)
-      finished(id)
+      finished(h[7])
     end
     move(h[7], h[4], 'running', state)
     reaped[#reaped + 1] = {h[7], id}
@@ -31,4 +31,4 @@ table.sort(reaped, function(a, b) return a[1] < b[1] end)
 local rows = {}
 for _, r in ipairs(reaped) do rows[#rows + 1] = row(r[2]) end
 if #rows > 0 then trim(100 + 2 * #rows) end
-return rows
+return rows_json(rows)

@@ -56,7 +56,7 @@ elseif op == 'complete' then
         wake(tonumber(due))
       else
         redis.call('HSET', k, 'state', state, 'finished', NOW_US)
-        finished(id)
+        finished(h[7])
       end
       move(h[7], h[4], 'running', state)
       applied[#applied + 1] = id

@@ -1,0 +1,286 @@
+"""What only the Redis store promises: URLs and key prefixes, bounded history, scripts
+reloaded after a flush, the server's clock, pub/sub wake-ups and errors at the boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import redis
+
+from soloist.errors import ConfigError, StoreError, StoreUnavailableError
+from soloist.models import Claimed, Outcome, State
+from soloist.stores import open_store
+from soloist.stores.redis import SCHEMA_VERSION, RedisStore, parse_url
+from soloist.testing.clock import FakeClock
+from soloist.testing.conformance import T0, at, claim, new_occurrence
+from soloist.testing.conformance.processes import race_claimers
+
+LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)  # due for any real clock
+TTL = timedelta(minutes=5)
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[RedisStore]:
+    """A migrated store on a fresh prefix, reading the server's clock."""
+    opened = RedisStore(redis_url)
+    await opened.migrate()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+def raw(redis_server: str) -> redis.Redis:
+    """A plain client on the test server, to look at the keys behind the store's back."""
+    return redis.Redis.from_url(redis_server, decode_responses=True)
+
+
+def _keys(raw: redis.Redis, store: RedisStore, pattern: str = "*") -> list[str]:
+    return sorted(raw.scan_iter(match=f"{{{store.prefix}}}:{pattern}", count=1000))
+
+
+async def _finish(store: RedisStore, first: int, count: int, now: datetime | None = None) -> None:
+    """Insert occurrences ``k<first>``... due at ``now`` (default T0), claim, succeed them."""
+    base = now or T0
+    items = [new_occurrence(f"k{first + n}", due_at=base) for n in range(count)]
+    await store.occurrence_insert_many(items)
+    claimed = await claim(store, limit=count, now=base)
+    outcomes = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in claimed]
+    assert len(await store.occurrence_complete("i1", outcomes, now=base)) == count
+
+
+# -- URLs -------------------------------------------------------------------------------------
+def test_url_defaults_and_options() -> None:
+    """The prefix defaults to 'soloist'; options are read; the password is never shown."""
+    default = parse_url("redis://localhost")
+    assert (default.prefix, default.base, default.channel) == (
+        "soloist",
+        "{soloist}",
+        "{soloist}:wake",
+    )
+    assert default.history_max == 100_000 and default.history_age == timedelta(days=30)
+    target = parse_url(
+        "rediss://app:s3cret@cache.example:6380/2?prefix=billing&history_max=50&history_age=2h"
+        "&socket_timeout=5"
+    )
+    assert (target.prefix, target.history_max, target.history_age) == (
+        "billing",
+        50,
+        timedelta(hours=2),
+    )
+    assert target.socket_timeout == 5.0
+    assert target.driver_url == "rediss://app:s3cret@cache.example:6380/2"
+    assert "s3cret" not in target.display and "cache.example:6380/2" in target.display
+    assert parse_url("redis://h/0?history_max=0&history_age=0").history_age is None
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("redis://h/0?prefix=a{b}", "a{b}"),
+        ("redis://h/0?prefix=", "''"),
+        ("redis://h/0?prefix=a:b", "a:b"),
+        ("redis://h/0?history_max=many", "many"),
+        ("redis://h/0?history_max=-1", "-1"),
+        ("redis://h/0?history_age=forever", "forever"),
+        ("redis://h/0?socket_timeout=0", "'0'"),
+        ("redis://h/0?colour=blue", "colour"),
+        ("redis://h/0?prefix=a&prefix=b", "prefix"),
+        ("redis://h/zero", "zero"),
+        ("redis://h:99999/0", "99999"),
+        ("redis://u:pw@h/0?nope=1", "nope"),
+    ],
+)
+def test_bad_urls_are_refused_naming_the_value(url: str, named: str) -> None:
+    """A bad option, prefix, database or port raises ConfigError naming it (not the password)."""
+    with pytest.raises(ConfigError, match=r"store URL") as info:
+        RedisStore(url)
+    assert named.strip("'") in str(info.value)
+    assert "pw@" not in str(info.value)
+
+
+def test_open_store_selects_the_redis_store() -> None:
+    """open_store picks RedisStore for redis:// and rediss:// URLs."""
+    for url in ("redis://127.0.0.1:6379/0?prefix=x", "rediss://127.0.0.1:6379/0"):
+        store = open_store(url)
+        assert isinstance(store, RedisStore) and store.url == url
+
+
+# -- prefixes -----------------------------------------------------------------------------------
+async def test_two_apps_on_one_server_do_not_see_each_other(
+    make_redis_url: Callable[[], str], raw: redis.Redis
+) -> None:
+    """Two prefixes on one server: separate occurrences, claims, jobs and leaders."""
+    one, two = RedisStore(make_redis_url()), RedisStore(make_redis_url())
+    try:
+        await one.migrate()
+        await two.migrate()
+        (mine,) = [o for o, _ in [await one.occurrence_insert(new_occurrence("k"))]]
+        theirs, created = await two.occurrence_insert(new_occurrence("k"))
+        assert created and theirs.id != mine.id  # the same dedupe key, in another app
+        assert [o.id for o in await claim(one, now=T0)] == [mine.id]
+        assert [o.id for o in await claim(two, now=T0)] == [theirs.id]
+        assert await one.leader_attempt_elect("main", "a", TTL, now=T0) is not None
+        assert await two.leader_attempt_elect("main", "b", TTL, now=T0) is not None
+        for store in (one, two):
+            keys = _keys(raw, store)
+            assert keys and all(k.startswith(f"{{{store.prefix}}}:") for k in keys)
+        assert not set(_keys(raw, one)) & set(_keys(raw, two))
+    finally:
+        await one.close()
+        await two.close()
+
+
+# -- history retention ---------------------------------------------------------------------------
+async def test_history_is_trimmed_to_its_count(
+    make_redis_url: Callable[[], str], raw: redis.Redis
+) -> None:
+    """history_max=5: only the 5 latest finished occurrences (and their keys) are kept."""
+    store = RedisStore(make_redis_url() + "&history_max=5", clock=FakeClock(T0))
+    await store.migrate()
+    try:
+        for round_ in range(4):
+            await _finish(store, 5 * round_, 5)
+        await store.occurrence_insert(new_occurrence("waiting", due_at=at(60)))
+        kept = await store.occurrence_list(limit=100)
+        assert len([o for o in kept if o.state is State.SUCCEEDED]) == 5
+        assert [o.dedupe_key for o in kept if o.state is State.SCHEDULED] == ["waiting"]
+        assert len(_keys(raw, store, "o:*")) == 6
+        assert len(_keys(raw, store, "a:*")) == 5
+        assert raw.hlen(f"{{{store.prefix}}}:dedupe") == 6
+        counts = await store.occurrence_counts(now=T0)
+        assert counts.by_job_state == {("job", State.SUCCEEDED): 5, ("job", State.SCHEDULED): 1}
+        # A trimmed key is free again; a kept one still deduplicates.
+        assert (await store.occurrence_insert(new_occurrence("k0")))[1] is True
+        assert (await store.occurrence_insert(new_occurrence("k19")))[1] is False
+    finally:
+        await store.close()
+
+
+async def test_history_is_trimmed_by_age(make_redis_url: Callable[[], str]) -> None:
+    """history_age=1h: occurrences finished over an hour before a later finish are dropped."""
+    clock = FakeClock(T0)
+    store = RedisStore(make_redis_url() + "&history_age=1h", clock=clock)
+    await store.migrate()
+    try:
+        await _finish(store, 0, 3, now=T0)
+        await _finish(store, 3, 2, now=at(1800))
+        assert len(await store.occurrence_list(state=State.SUCCEEDED)) == 5
+        await _finish(store, 5, 1, now=at(3601))
+        kept = await store.occurrence_list(state=State.SUCCEEDED)
+        assert sorted(o.finished_at for o in kept if o.finished_at) == [at(1800)] * 2 + [at(3601)]
+    finally:
+        await store.close()
+
+
+async def test_unfinished_occurrences_are_never_trimmed(make_redis_url: Callable[[], str]) -> None:
+    """Scheduled, running and retry-pending occurrences stay whatever the bounds."""
+    store = RedisStore(make_redis_url() + "&history_max=1&history_age=1s")
+    await store.migrate()
+    try:
+        items = [new_occurrence(f"k{n}", due_at=LONG_AGO, max_attempts=2) for n in range(4)]
+        await store.occurrence_insert_many(items)
+        first, second, third = await store.occurrence_claim("i1", ["task"], 3, TTL)
+        outcomes = [
+            Outcome(first.id, 1, State.SUCCEEDED),
+            Outcome(second.id, 1, State.FAILED, retry_at=LONG_AGO + timedelta(days=3650)),
+        ]
+        await store.occurrence_complete("i1", outcomes)
+        states = Counter(o.state for o in await store.occurrence_list())
+        assert states == {State.SUCCEEDED: 1, State.FAILED: 1, State.RUNNING: 1, State.SCHEDULED: 1}
+        assert await store.lease_renew("i1", [Claimed(third.id, 1)], TTL) == {third.id}
+    finally:
+        await store.close()
+
+
+# -- scripts, clock, version ------------------------------------------------------------------
+async def test_scripts_are_reloaded_after_a_script_flush(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    """After SCRIPT FLUSH (NOSCRIPT), the next call loads its script again and works."""
+    await store.occurrence_insert(new_occurrence("a", due_at=LONG_AGO))
+    raw.script_flush()
+    (got,) = await store.occurrence_claim("i1", ["task"], 10, TTL)
+    assert got.dedupe_key == "a"
+    raw.script_flush()
+    await store.migrate()  # loads every script again
+    assert await store.occurrence_complete("i1", [Outcome(got.id, 1, State.SUCCEEDED)]) == {got.id}
+
+
+async def test_the_server_clock_decides(store: RedisStore, raw: redis.Redis) -> None:
+    """Without a clock or now=, times come from the server's TIME."""
+    seconds, micros = raw.time()
+    server = datetime.fromtimestamp(seconds + micros / 1e6, tz=timezone.utc)
+    now = await store.now()
+    assert now.tzinfo is not None and abs((now - server).total_seconds()) < 2
+    await store.occurrence_insert(new_occurrence("k", due_at=LONG_AGO))
+    (got,) = await store.occurrence_claim("i1", ["task"], 1, TTL)
+    assert got.started_at is not None and abs((got.started_at - now).total_seconds()) < 2
+    assert got.lease_expires_at == got.started_at + TTL
+
+
+async def test_a_newer_key_layout_is_refused(store: RedisStore, raw: redis.Redis) -> None:
+    """migrate() refuses keys written by a newer soloist, naming both versions."""
+    raw.set(f"{{{store.prefix}}}:schema", SCHEMA_VERSION + 1)
+    with pytest.raises(StoreError, match=f"version {SCHEMA_VERSION + 1}.*upgrade"):
+        await store.migrate()
+
+
+async def test_an_unreachable_server_is_store_unavailable() -> None:
+    """A server that does not answer: StoreUnavailableError naming it, not the password."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = RedisStore(f"redis://u:hunter2@127.0.0.1:{port}/0?prefix=gone")
+    with pytest.raises(StoreUnavailableError, match=f"127.0.0.1:{port}") as info:
+        await store.migrate()
+    assert "hunter2" not in str(info.value)
+    with pytest.raises(StoreUnavailableError):
+        await store.occurrence_claim("i1", ["task"], 1, TTL)
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.now()
+
+
+# -- waking and racing ---------------------------------------------------------------------------
+async def test_an_insert_by_another_instance_wakes_a_waiter(redis_url: str) -> None:
+    """work_wait returns True soon after another handle inserts due work."""
+    waiter, writer = RedisStore(redis_url), RedisStore(redis_url)
+    try:
+        await waiter.migrate()
+        await writer.migrate()
+        assert await waiter.work_wait(0.01) is True  # the first wait subscribes
+        assert await waiter.work_wait(0.05) is False
+        waiting = asyncio.create_task(waiter.work_wait(30))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        started = time.monotonic()
+        await writer.occurrence_insert(new_occurrence("k", due_at=LONG_AGO))
+        assert await asyncio.wait_for(waiting, 5) is True
+        assert time.monotonic() - started < 2
+        far = datetime.now(timezone.utc) + timedelta(hours=1)
+        await writer.occurrence_insert(new_occurrence("later", due_at=far))
+        assert await waiter.work_wait(0.2) is False  # due in an hour: nobody is woken
+    finally:
+        await waiter.close()
+        await writer.close()
+
+
+async def test_claims_race_across_processes(redis_url: str) -> None:
+    """Three OS processes claiming the same rows: each row is claimed exactly once."""
+    store = RedisStore(redis_url)
+    await store.migrate()
+    items = [new_occurrence(f"k{n:04}", due_at=LONG_AGO) for n in range(600)]
+    await store.occurrence_insert_many(items)
+    await store.close()
+    claimed = race_claimers(redis_url, processes=3, batch=7)
+    counts = Counter(claimed)
+    assert len(counts) == 600 and max(counts.values()) == 1
