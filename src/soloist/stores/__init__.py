@@ -52,8 +52,7 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
             from soloist.stores.redis import RedisStore
         except ImportError as exc:
             raise ConfigError(
-                f"store URL scheme {scheme!r} needs redis-py: pip install 'soloist[redis]' "
-                f"({exc})"
+                f"store URL scheme {scheme!r} needs redis-py: pip install 'soloist[redis]' ({exc})"
             ) from None
         return RedisStore(url, clock=clock)
     from soloist.stores.sqlite import SQLiteStore
