@@ -22,6 +22,13 @@ Design:
   ``skipped`` in the same statement. (Unlike memory and SQLite, an earlier due row of the
   same job and scope blocks a ``skip``/``queue`` candidate even if its task is not among
   the claimer's tasks: that is what keeps claimers of different task lists from racing.)
+  The claim walks the partial claim index in due order and stops after its batch, however
+  stale the planner's statistics: bitmap scans are off around it (``SET``/``RESET``
+  pipelined with it), so it never fetches and sorts every due row.
+* **Bulk inserts** (``occurrence_insert_many``, ``enqueue_many``): one statement per batch,
+  ids, keys and payloads sent as JSON arrays and a column shared by every row sent once.
+  ``occurrence_insert_now`` (not in the Store protocol) lets ``enqueue`` insert a row due
+  at the database's now plus a delay in one round trip.
 * **Fenced, batched writes.** Renewals, completions and releases of any number of
   occurrences are one ``UPDATE ... FROM unnest(...)`` each, applying only where the row is
   still ``running`` with the writer's instance id and token; ``RETURNING`` tells which.
