@@ -20,7 +20,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         group.close()
 
 
-@pytest.fixture(params=["postgresql", "redis"])
+@pytest.fixture(params=["postgres", "redis"])
 def server_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     """A fresh PostgreSQL schema or Redis key prefix (the test runs once on each); every
     instance started is killed at the end."""
