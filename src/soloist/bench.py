@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from soloist.config import DEFAULT_ELECTION, DEFAULT_LEASE_TTL
 from soloist.context import JobContext
@@ -95,9 +96,11 @@ class Target:
     def __init__(self, url: str) -> None:
         self.url = url
         scheme = check_store_url(url)
-        self.kind = "postgresql" if scheme in ("postgresql", "postgres") else scheme
+        kinds = {"postgres": "postgresql", "rediss": "redis"}
+        self.kind = kinds.get(scheme, scheme)
         self._tmp = Path(tempfile.mkdtemp(prefix="soloist-bench-"))
         self._schemas: list[str] = []
+        self._prefixes: list[str] = []
 
     @property
     def multiprocess(self) -> bool:
@@ -111,6 +114,12 @@ class Target:
             return f"{self.url}{'&' if '?' in self.url else '?'}schema={self._schemas[-1]}"
         if self.kind == "sqlite":
             return f"sqlite:///{self._tmp / uuid.uuid4().hex[:12]}.db"
+        if self.kind == "redis":
+            self._prefixes.append(f"soloist-bench-{uuid.uuid4().hex[:12]}")
+            parts = urlsplit(self.url)
+            query = [(k, v) for k, v in parse_qsl(parts.query) if k != "prefix"]
+            query.append(("prefix", self._prefixes[-1]))
+            return urlunsplit(parts._replace(query=urlencode(query)))
         return "memory://"
 
     async def cleanup(self) -> None:
@@ -120,6 +129,20 @@ class Target:
                     # The names are ours, [a-z0-9_] only: safe to quote as written.
                     await sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         self._schemas.clear()
+        if self._prefixes:
+            async with raw_redis(self.url) as client:
+                for prefix in self._prefixes:
+                    # Every key of a store is "{prefix}:..."; braces are glob-escaped.
+                    pattern = f"\\{{{prefix}\\}}:*"
+                    batch: list[Any] = []
+                    async for key in client.scan_iter(match=pattern, count=1000):
+                        batch.append(key)
+                        if len(batch) >= 1000:
+                            await client.unlink(*batch)
+                            batch.clear()
+                    if batch:
+                        await client.unlink(*batch)
+        self._prefixes.clear()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
@@ -147,6 +170,21 @@ async def raw_sql(url: str) -> AsyncIterator[RawSQL]:
         yield sql
     finally:
         await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def raw_redis(url: str) -> AsyncIterator[Any]:
+    """A redis-py client of its own to the server of ``url`` (soloist's options dropped),
+    for the baseline and the clean-up. redis is imported here: the core never imports a
+    driver."""
+    import redis.asyncio
+
+    parts = urlsplit(url)
+    client = redis.asyncio.Redis.from_url(urlunsplit(parts._replace(query="")))
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 def _items(count: int, due: Callable[[int], datetime]) -> list[NewOccurrence]:
@@ -495,6 +533,10 @@ async def measure_baseline(target: Target, config: BenchConfig) -> dict[str, Any
                 result["select_1_per_s"] = await _rate(select_one, 1.0)
                 schema = str(getattr(store, "schema", ""))
                 result["raw_insert_rows_per_s"] = await _raw_insert_rate(sql, schema, config)
+        if target.kind == "redis":
+            result["store_round_trips_per_s"] = await _rate(store.now, 1.0)
+            async with raw_redis(url) as client:
+                result["ping_per_s"] = await _rate(client.ping, 1.0)
         return result
     finally:
         await store.close()
@@ -640,6 +682,8 @@ def _ratios(report: dict[str, Any]) -> dict[str, float]:
                 ratios[f"drain_{processes}_over_select_1"] = (
                     figures["per_s"] / base["select_1_per_s"]
                 )
+            if "ping_per_s" in base:
+                ratios[f"drain_{processes}_over_ping"] = figures["per_s"] / base["ping_per_s"]
     if "raw_insert_rows_per_s" in base:
         ratios["insert_many_over_raw_insert"] = (
             report["enqueue"]["insert_many_rows_per_s"] / base["raw_insert_rows_per_s"]

@@ -25,13 +25,33 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+#: Tools that talk to a server directly on purpose (the benchmark's raw baselines), and
+#: import its driver inside the function that needs it.
+LAZY_DRIVER_USERS = {"bench.py"}
+
+
+def top_level_modules(path: Path) -> set[str]:
+    """Modules imported by the module body itself (not inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
 def test_core_never_imports_a_store_driver() -> None:
-    """Only soloist.stores.* may import a database driver."""
-    offenders = {
-        str(path.relative_to(SRC)): sorted(imported_modules(path) & DRIVERS)
-        for path in SRC.rglob("*.py")
-        if "stores" not in path.relative_to(SRC).parts
-    }
+    """Only soloist.stores.* may import a database driver (the benchmark only inside the
+    functions that measure a server directly)."""
+    offenders = {}
+    for path in SRC.rglob("*.py"):
+        name = str(path.relative_to(SRC))
+        if "stores" in path.relative_to(SRC).parts:
+            continue
+        found = top_level_modules(path) if name in LAZY_DRIVER_USERS else imported_modules(path)
+        offenders[name] = sorted(found & DRIVERS)
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
