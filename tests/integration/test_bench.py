@@ -43,3 +43,32 @@ def test_bench_reports_every_figure_on_the_memory_store(tmp_path: Path) -> None:
     assert store["enqueue"]["insert_many_rows_per_s"] > 0
     assert store["lateness"]["timer_ms"]["p99"] >= 0
     assert "drain: executions/s" in done.stdout
+
+
+def test_bench_on_redis_measures_with_processes_and_leaves_no_keys(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A small benchmark on redis:// drains with 1 and 2 worker processes, measures a
+    failover with rising epochs, and removes every key it wrote (fresh prefixes)."""
+    import redis
+
+    out = tmp_path / "bench.json"
+    args = ["--tasks", "300", "--runs", "1", "--samples", "5", "--json", str(out)]
+    done = subprocess.run(
+        [str(SOLOIST), "bench", "--store", redis_url, *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (store,) = json.loads(out.read_text())["stores"]
+    assert store["kind"] == "redis"
+    assert store["drain"]["1"]["per_s"] > 0 and store["drain"]["2"]["per_s"] > 0
+    assert store["failover"]["runs"][0]["epochs"] == [1, 2, 3]
+    assert store["baseline"]["ping_per_s"] > 0
+    client = redis.Redis.from_url(redis_url.split("?")[0])
+    try:
+        assert list(client.scan_iter(match="*soloist-bench-*", count=1000)) == []
+    finally:
+        client.close()
