@@ -52,13 +52,16 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
+    # Package scope, not session: Playwright's sync API keeps an event loop marked as
+    # running in the main thread while it is open, which would break every asyncio test
+    # that pytest runs after this package.
     with sync_playwright() as driver:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright, chromium_path: str) -> Iterator[Browser]:
     browser = playwright.chromium.launch(
         executable_path=chromium_path, headless=True, args=launch_args()
@@ -67,7 +70,7 @@ def browser(playwright: Playwright, chromium_path: str) -> Iterator[Browser]:
     browser.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     workdir: Path = tmp_path_factory.mktemp("dashboard")
     store = f"sqlite:///{workdir / 'soloist.db'}"
@@ -85,7 +88,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
             server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The same app served by uvicorn with soloist's HTTP app mounted under ``/ops``."""
     workdir: Path = tmp_path_factory.mktemp("mounted")
