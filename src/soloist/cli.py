@@ -26,9 +26,8 @@ from soloist import logs
 from soloist.config import parse_http_address
 from soloist.errors import ConfigError, SoloistError, StoreError, StoreUnavailableError
 from soloist.models import JobRecord
-from soloist.operations import mask_url
+from soloist.operations import job_json, mask_url
 from soloist.scheduler import Scheduler
-from soloist.schedules import schedule_from_dict
 from soloist.stores import DEFAULT_STORE_URL, open_store
 from soloist.stores.base import Store
 
@@ -215,19 +214,10 @@ def jobs(store: str, as_json: bool) -> None:
 
 
 def _job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
-    try:
-        schedule = schedule_from_dict(record.schedule["schedule"])
-        text, upcoming = schedule.describe(), schedule.next_after(now)
-    except (KeyError, TypeError, SoloistError):
-        text, upcoming = "(unreadable schedule)", None
-    return {
-        "name": record.name,
-        "task": record.task,
-        "schedule": text,
-        "paused": record.paused,
-        "dynamic": record.dynamic,
-        "next_plan_time": upcoming.isoformat() if upcoming else None,
-    }
+    # The CLI does not look up each job's last run (GET /api/jobs does).
+    row = job_json(record, now)
+    del row["last"]
+    return row
 
 
 @main.command()

@@ -135,14 +135,7 @@ class Runtime:
     async def start(self) -> None:
         await self.store.migrate()
         await self.register()
-        for service in (
-            self.registrar,
-            self.elector,
-            self.reaper,
-            self.heartbeater,
-            self.executor,
-            self.planner,
-        ):
+        for service in self.services():  # in this order: the planner starts last
             await service.start()
         self.started.set()
         log.info(
