@@ -10,6 +10,7 @@ server was down, and every task queued before the outage succeeded once.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
@@ -89,7 +90,7 @@ def test_instances_ride_out_a_redis_crash_and_lose_nothing_acknowledged(
     """kill -9 of the Redis server for 3 s, then a restart from its append-only file: both
     instances log the failure, reconnect without a restart of their own, every second
     (also those planned while the server was down) succeeded exactly once, and each task
-    queued before the outage succeeded once."""
+    queued before the outage succeeded once; `soloist history` lists that record."""
     url = f"redis://127.0.0.1:{redis_server.port}/0?prefix=outage-{uuid.uuid4().hex[:8]}"
     cluster = Cluster(tmp_path, url)
     try:
@@ -127,6 +128,10 @@ def test_instances_ride_out_a_redis_crash_and_lose_nothing_acknowledged(
         assert any(o.plan_time > down_at and o.plan_time < back_at for o in history)
         results = sorted(cluster.get(i).result for i in queued)
         assert results == list(range(6))
+        # `soloist history` reads the same record from Redis.
+        out = cluster.soloist("history", "--job", "tick", "--limit", "10000", "--json")
+        listed = {json.loads(line)["id"] for line in out.splitlines() if line.strip()}
+        assert listed == {o.id for o in history}
         logs = a.log() + b.log()
         assert "retrying in" in logs, "no instance logged the store failure"
     finally:
