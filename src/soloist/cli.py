@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
@@ -118,9 +119,25 @@ def _with_store(url: str, action: Callable[[Store], Coroutine[Any, Any, T]]) -> 
 
 @main.command()
 @click.argument("app")
-@store_option
-@click.option("--instance-id", envvar="SOLOIST_INSTANCE_ID", help="Default: host-pid-random.")
-@click.option("--mode", envvar="SOLOIST_MODE", default=None, help="Coordination mode.")
+@click.option(
+    "--store",
+    envvar="SOLOIST_STORE_URL",
+    default=DEFAULT_STORE_URL,
+    show_default=True,
+    help="Store URL (env SOLOIST_STORE_URL). Given on the command line, it replaces the "
+    "app's own store (with a warning naming both).",
+)
+@click.option(
+    "--instance-id",
+    envvar="SOLOIST_INSTANCE_ID",
+    help="Default: host-pid-random. Given on the command line, it wins over the app's.",
+)
+@click.option(
+    "--mode",
+    envvar="SOLOIST_MODE",
+    default=None,
+    help="Coordination mode. Given on the command line, it wins over the app's.",
+)
 @click.option("--log-level", envvar="SOLOIST_LOG_LEVEL", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -144,7 +161,9 @@ def _with_store(url: str, action: Callable[[Store], Coroutine[Any, Any, T]]) -> 
     default=None,
     help="Bearer token that enables HTTP actions (env SOLOIST_TOKEN; prefer the env).",
 )
+@click.pass_context
 def run(
+    ctx: click.Context,
     app: str,
     store: str,
     instance_id: str | None,
@@ -167,12 +186,44 @@ def run(
         click.echo("error: invalid --token: expected a non-empty string", err=True)
         raise SystemExit(2)
     scheduler = _guard(lambda: load_app(app))
-    # The command line wins over what the app's Scheduler(...) was given.
+    # The command line wins over what the app's Scheduler(...) was given, and over the
+    # environment it saw if it was imported before (e.g. by a Django AppConfig.ready()).
+    _guard(lambda: _apply_command_line(ctx, scheduler, store, instance_id, mode))
     if address is not None:
         scheduler.config = dataclasses.replace(scheduler.config, http=address)
     if token:
         scheduler.config = dataclasses.replace(scheduler.config, token=token)
     _guard(scheduler.run)
+
+
+def _apply_command_line(
+    ctx: click.Context,
+    scheduler: Scheduler,
+    store: str,
+    instance_id: str | None,
+    mode: str | None,
+) -> None:
+    """Apply ``--store``, ``--instance-id`` and ``--mode`` typed on the command line (not
+    from the environment, which the app saw when it was built) to the loaded app."""
+
+    def typed(name: str) -> bool:
+        return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+    own = scheduler.config.store_url
+    new_store = store if typed("store") and store != own else None
+    if new_store is not None:
+        logging.getLogger("soloist").warning(
+            "--store %s replaces the store %s of app %s",
+            mask_url(new_store),
+            mask_url(own),
+            ctx.params["app"],
+            extra={"action": "store_override"},
+        )
+    scheduler.reconfigure(
+        store=new_store,
+        instance_id=instance_id if typed("instance_id") else None,
+        mode=mode if typed("mode") else None,
+    )
 
 
 @main.command()

@@ -408,7 +408,8 @@ class Operations:
         name = task if isinstance(task, str) else getattr(task, "__name__", "")
         spec = self.registry.tasks.get(name) if isinstance(task, str) else None
         if spec is None:
-            spec = next((t for t in self.registry.tasks.values() if t.fn is task), None)
+            # A handler wrapped by Scheduler.wrap_handlers is still found by the function.
+            spec = next((t for t in self.registry.tasks.values() if _wraps(t.fn, task)), None)
         if spec is not None and spec.name in self.registry.jobs:
             raise UnknownTaskError(
                 f"{spec.name!r} is a scheduled job, not a task: use trigger({spec.name!r}) "
@@ -479,3 +480,12 @@ def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
 
 
 __all__ = ["Operations", "job_json", "mask_url"]
+
+
+def _wraps(fn: object, target: object) -> bool:
+    """Whether ``fn`` is ``target`` or wraps it (following ``functools.wraps``)."""
+    while fn is not None:
+        if fn is target:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import logging
 import signal
 import threading
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from soloist import logs
 from soloist._portal import Portal
 from soloist.clock import Clock, SystemClock
-from soloist.config import Config
+from soloist.config import MODES, Config
 from soloist.errors import ConfigError, SoloistError
 from soloist.metrics import Metrics
 from soloist.models import Attempt, JobRecord, Occurrence, State
@@ -30,13 +31,14 @@ from soloist.registry import (
     JobPolicy,
     Registry,
     ScopeProvider,
+    TaskDef,
     build_task,
     check_name,
 )
 from soloist.runtime import Runtime
 from soloist.runtime.elector import LeadershipCallback
 from soloist.schedules import Schedule
-from soloist.stores import open_store
+from soloist.stores import check_store_url, open_store
 from soloist.stores.base import Store
 
 if TYPE_CHECKING:
@@ -107,6 +109,7 @@ class Scheduler:
         self._portal_store: Store | None = None
         self._portal_store_lock = asyncio.Lock()
         self._portal_lock = threading.Lock()
+        self._handler_wrappers: list[Callable[[Handler], Handler]] = []
 
     # -- definitions --------------------------------------------------------------------------
     def job(
@@ -142,7 +145,7 @@ class Scheduler:
         def decorate(fn: F) -> F:
             task = build_task(fn, name, retries, backoff, backoff_base, backoff_cap, timeout)
             job = JobDef(task.name, task.name, schedule, policy, {}, scopes)
-            self.registry.add_job(job, task)
+            self.registry.add_job(job, self._wrapped(task))
             return fn
 
         return decorate
@@ -179,11 +182,35 @@ class Scheduler:
 
         def decorate(handler: F) -> F:
             self.registry.add_task(
-                build_task(handler, name, retries, backoff, backoff_base, backoff_cap, timeout)
+                self._wrapped(
+                    build_task(handler, name, retries, backoff, backoff_base, backoff_cap, timeout)
+                )
             )
             return handler
 
         return decorate(fn) if fn is not None else decorate
+
+    def wrap_handlers(self, wrapper: Callable[[Handler], Handler]) -> None:
+        """Run every handler through ``wrapper(handler) -> handler``: those registered
+        already and, at registration, those to come (e.g. what
+        :func:`soloist.contrib.django.manage_db_connections` installs). Each handler is
+        wrapped once, so a run costs only what the wrapper itself does. The wrapper keeps
+        the handler's name, signature and kind (``async def`` or not) with
+        :func:`functools.wraps`. Installing the same wrapper again does nothing."""
+        if not callable(wrapper):
+            raise ConfigError(f"invalid wrapper {wrapper!r}: expected a function of a handler")
+        if wrapper in self._handler_wrappers:
+            return
+        self._handler_wrappers.append(wrapper)
+        tasks = self.registry.tasks
+        for name, task in list(tasks.items()):
+            tasks[name] = dataclasses.replace(task, fn=wrapper(task.fn))
+
+    def _wrapped(self, task: TaskDef) -> TaskDef:
+        fn = task.fn
+        for wrapper in self._handler_wrappers:
+            fn = wrapper(fn)
+        return task if fn is task.fn else dataclasses.replace(task, fn=fn)
 
     # -- operations (async, then sync twins) ---------------------------------------------------
     async def aenqueue(
@@ -341,6 +368,41 @@ class Scheduler:
     @property
     def runtime(self) -> Runtime | None:
         return self._runtime
+
+    def reconfigure(
+        self,
+        *,
+        store: str | None = None,
+        instance_id: str | None = None,
+        mode: str | None = None,
+    ) -> None:
+        """Replace the store URL, instance id or mode given to ``Scheduler(...)``, before
+        it starts (what explicit ``soloist run --store/--instance-id/--mode`` options do
+        to an app that was imported first). The metrics follow the new identity."""
+        if self._runtime is not None or self._loop is not None:
+            raise SoloistError(
+                f"scheduler {self.instance_id!r} has started: reconfigure it before start()"
+            )
+        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+            raise ConfigError(f"invalid instance id {instance_id!r}: expected a non-empty string")
+        if mode is not None and mode not in MODES:
+            raise ConfigError(f"invalid mode {mode!r}: expected 'distributed', 'leader' or 'local'")
+        config = self.config
+        if store is not None and store != config.store_url:
+            check_store_url(store)
+            if self._store is not None or self._portal_store is not None:
+                raise SoloistError(
+                    f"cannot move scheduler {self.instance_id!r} to store {mask_url(store)}: "
+                    f"{mask_url(config.store_url)} is open already (a call was made before)"
+                )
+            self._given_store = None
+            config = dataclasses.replace(config, store_url=store)
+        config = dataclasses.replace(
+            config, instance_id=instance_id or config.instance_id, mode=mode or config.mode
+        )
+        if (config.instance_id, config.mode) != (self.config.instance_id, self.config.mode):
+            self.metrics = Metrics(config.instance_id, config.mode)
+        self.config = config
 
     async def start(self, *, workers: bool = True) -> None:
         """Start planning and executing in the running event loop (e.g. an ASGI lifespan).

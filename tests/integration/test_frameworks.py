@@ -390,3 +390,64 @@ def test_plain_script_runs_its_job_and_stops_on_sigterm(world: World) -> None:
     wait_until(lambda: world.succeeded("tick"), "a tick to run", DEADLINE_S)
     assert script.terminate() == 0
     assert " stopped" in script.log().split("stopping: no new claims", 1)[1]
+
+
+# -- Django: database connections around handlers; explicit run options --------------------
+def django_db_env(world: World, db_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a ``manage.py soloist run`` of the ``fw_django_db`` settings."""
+    return world.env(
+        DJANGO_SETTINGS_MODULE="fw_django_db", PYTHONPATH=str(APPS), FW_DB_URL=db_url, **extra
+    )
+
+
+def start_django_worker(world: World, env: dict[str, str], *run_args: str) -> Proc:
+    proc = Proc(
+        "django-db-worker", manage("soloist", "run", *run_args), DJANGO_SITE, env, world.workdir
+    )
+    world.procs.append(proc)
+    wait_until(lambda: started(proc, " started (mode"), "the worker to start", DEADLINE_S)
+    return proc
+
+
+def probes(url: str) -> Scheduler:
+    """A scheduler that enqueues the probes of ``fw_django_tasks`` into ``url``."""
+    scheduler = Scheduler(url)
+
+    @scheduler.task
+    def probe(ctx: JobContext) -> None: ...
+
+    @scheduler.task
+    async def aprobe(ctx: JobContext) -> None: ...
+
+    return scheduler
+
+
+def run_probe(world: World, scheduler: Scheduler, task: str) -> Occurrence:
+    """Enqueue ``task``, wait for its outcome and return it (it must have succeeded)."""
+    occurrence_id = scheduler.enqueue(task)
+
+    def finished() -> Occurrence | None:
+        found = [o for o in world.history(task) if o.id == occurrence_id]
+        return found[0] if found and found[0].state in (State.SUCCEEDED, State.DEAD) else None
+
+    occ = wait_until(finished, f"{task} to finish", DEADLINE_S)
+    assert occ.state is State.SUCCEEDED, (occ.error_code, occ.error_message)
+    return occ
+
+
+@pytest.mark.parametrize("task", ["probe", "aprobe"])
+def test_django_worker_closes_connections_past_conn_max_age(world: World, task: str) -> None:
+    """With ``CONN_MAX_AGE = 0``, each run of a sync or async handler under ``manage.py
+    soloist run`` finds its thread's database connection closed by the previous run, as
+    a request would (not left open in the worker thread)."""
+    env = django_db_env(world, f"sqlite:///{world.workdir / 'django.db'}", FW_CONN_MAX_AGE="0")
+    start_django_worker(world, env)
+    scheduler = probes(world.url)
+    try:
+        results = [run_probe(world, scheduler, task).result for _ in range(3)]
+    finally:
+        scheduler.close()
+    assert all(isinstance(r, dict) for r in results), results
+    threads = [r["thread"] for r in results]  # type: ignore[index]
+    assert len(set(threads)) < len(threads), "no two runs shared a thread: nothing proven"
+    assert [r["fresh"] for r in results] == [True] * 3  # type: ignore[index]

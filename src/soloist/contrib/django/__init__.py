@@ -7,10 +7,21 @@ Then ``python manage.py soloist run`` runs the workers with Django set up (model
 logging), and ``python manage.py soloist status`` (``jobs``, ``history``, ``trigger``,
 ``enqueue``...) runs the ``soloist`` command against that scheduler's store. Views enqueue
 with the sync API: ``app.enqueue(send_welcome, to=user.email)``.
+
+Around each run of a handler, ``manage.py soloist run`` closes Django's stale database
+connections (``close_old_connections()``, as around a request): see
+:func:`manage_db_connections`, to call yourself if you run the scheduler another way.
 """
 
 from __future__ import annotations
 
+from soloist.contrib.django.db import closing_old_connections, manage_db_connections
 from soloist.contrib.django.settings import SETTING, app_spec, get_scheduler
 
-__all__ = ["SETTING", "app_spec", "get_scheduler"]
+__all__ = [
+    "SETTING",
+    "app_spec",
+    "closing_old_connections",
+    "get_scheduler",
+    "manage_db_connections",
+]

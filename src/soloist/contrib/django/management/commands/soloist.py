@@ -26,8 +26,8 @@ WITHOUT_STORE = {"demo", "bench"}
 
 class Command(BaseCommand):
     help = "Run soloist's workers or commands for settings.SOLOIST_APP (e.g. 'soloist run')."
-    # The system checks import the URLconf, hence the views and the app's module, before
-    # ``soloist run`` could set SOLOIST_INSTANCE_ID / SOLOIST_MODE from its options.
+    # A worker does not serve the URLconf that the system checks would import (as Celery's
+    # worker, it skips them); ``soloist status`` and the like need them even less.
     requires_system_checks: ClassVar[list[str]] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -52,8 +52,10 @@ class Command(BaseCommand):
         try:
             spec = app_spec()
             if subcommand == "run":
-                # Not imported here: ``soloist run`` sets the environment from its options
-                # (--store, --instance-id, --mode) before it imports the app.
+                # Imported here to close Django's stale connections around its handlers;
+                # ``soloist run`` then finds the same module and applies its explicit
+                # options (--store, --instance-id, --mode) to the app.
+                get_scheduler()
                 return [spec, *cli_args]
             extra: list[str] = []
             if subcommand == "enqueue" and "--app" not in cli_args:
