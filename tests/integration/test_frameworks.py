@@ -451,3 +451,70 @@ def test_django_worker_closes_connections_past_conn_max_age(world: World, task: 
     threads = [r["thread"] for r in results]  # type: ignore[index]
     assert len(set(threads)) < len(threads), "no two runs shared a thread: nothing proven"
     assert [r["fresh"] for r in results] == [True] * 3  # type: ignore[index]
+
+
+@pytest.mark.parametrize("task", ["probe", "aprobe"])
+def test_django_worker_recovers_from_a_connection_the_database_dropped(
+    world: World, postgres_dsn: str, task: str
+) -> None:
+    """With persistent connections (``CONN_MAX_AGE = None``, ``CONN_HEALTH_CHECKS``), a
+    PostgreSQL connection terminated by the server between two runs does not fail the next
+    run of a sync or async handler: it gets a new connection, as a request would."""
+    import psycopg
+
+    env = django_db_env(world, postgres_dsn, FW_CONN_MAX_AGE="none")
+    start_django_worker(world, env)
+    scheduler = probes(world.url)
+    try:
+        first = run_probe(world, scheduler, task).result
+        assert isinstance(first, dict) and isinstance(first["pid"], int), first
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            row = admin.execute("SELECT pg_terminate_backend(%s)", [first["pid"]]).fetchone()
+            assert row == (True,)
+        second = run_probe(world, scheduler, task).result
+    finally:
+        scheduler.close()
+    assert isinstance(second, dict) and second["thread"] == first["thread"], (first, second)
+    assert second["pid"] != first["pid"]
+
+
+def test_run_options_win_over_an_app_imported_before_with_its_own(world: World) -> None:
+    """``manage.py soloist run --store --instance-id --mode`` win over the arguments of an
+    app imported before the command read them (by an AppConfig.ready()): the worker runs
+    under that identity (its status and metrics say so), claims from that store, and warns
+    that the app's own store was replaced."""
+    app_store = f"sqlite:///{world.workdir / 'app-own.db'}"
+    env = django_db_env(world, f"sqlite:///{world.workdir / 'django.db'}", FW_APP_STORE=app_store)
+    port = free_port()
+    run = ["--store", world.url, "--instance-id", "cli-w1", "--mode", "local"]
+    worker = start_django_worker(world, env, *run, "--http", f"127.0.0.1:{port}")
+    assert "instance cli-w1 started (mode local" in worker.log()
+    assert f"--store {world.url} replaces the store {app_store}" in worker.log()
+    status = wait_until(lambda: get_json(f"http://127.0.0.1:{port}/status"), "--http", EXIT_S)
+    assert (status["instance_id"], status["mode"]) == ("cli-w1", "local")
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert 'soloist_instance_info{instance_id="cli-w1",mode="local"} 1.0' in metrics
+
+    scheduler = probes(world.url)
+    try:
+        assert run_probe(world, scheduler, "probe").instance_id == "cli-w1"
+    finally:
+        scheduler.close()
+    assert worker.terminate() == 0
+    assert not Path(app_store.removeprefix("sqlite:///")).exists()
+
+
+def test_run_options_from_the_environment_do_not_override_the_apps_arguments(
+    world: World,
+) -> None:
+    """``soloist run``: ``SOLOIST_INSTANCE_ID`` in the environment yields to the app's own
+    ``instance_id=`` (arguments win over the environment), while ``--mode`` typed on the
+    command line wins over the app's ``mode=``."""
+    env = world.env(PYTHONPATH=str(APPS), SOLOIST_INSTANCE_ID="from-env")
+    argv = [sys.executable, "-m", "soloist", "run", "fw_django_tasks:app", "--mode", "local"]
+    proc = Proc("soloist-run", argv, world.workdir, env, world.workdir)
+    world.procs.append(proc)
+    wait_until(lambda: started(proc, " started (mode"), "the worker to start", DEADLINE_S)
+    assert "instance from-app started (mode local" in proc.log()
+    assert "replaces the store" not in proc.log()
+    assert proc.terminate() == 0
