@@ -14,6 +14,7 @@ deadlines; processes still alive at teardown are killed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,7 +33,16 @@ import pytest
 from fastapi import FastAPI, Request
 from starlette.testclient import TestClient
 
-from soloist import JobContext, Occurrence, Scheduler, State, StoreUnavailableError
+from soloist import (
+    ConfigError,
+    JobContext,
+    Occurrence,
+    PayloadError,
+    Scheduler,
+    SoloistError,
+    State,
+    StoreUnavailableError,
+)
 from soloist.contrib.asgi import lifespan
 from soloist.stores import open_store
 from soloist.stores.base import Store
@@ -518,3 +528,57 @@ def test_run_options_from_the_environment_do_not_override_the_apps_arguments(
     assert "instance from-app started (mode local" in proc.log()
     assert "replaces the store" not in proc.log()
     assert proc.terminate() == 0
+
+
+def test_wrap_handlers_wraps_each_handler_once_and_keeps_it_findable(tmp_path: Path) -> None:
+    """``wrap_handlers`` wraps the handlers registered before and after it, once even if
+    installed twice; ``enqueue(fn)`` still finds a wrapped handler and checks its payload
+    against the handler's own signature; the runtime runs the wrapped handler."""
+    scheduler = greeter(tmp_path)
+    calls: list[str] = []
+
+    def tracing(handler: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(handler)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            calls.append(handler.__name__)
+            return handler(*args, **kwargs)
+
+        return run
+
+    scheduler.wrap_handlers(tracing)
+    scheduler.wrap_handlers(tracing)
+
+    @scheduler.task
+    def shout(ctx: JobContext, word: str) -> str:
+        return word.upper()
+
+    with pytest.raises(PayloadError, match="shout"):
+        scheduler.enqueue(shout, words="hi")
+    with TestClient(FastAPI(lifespan=lifespan(scheduler))):
+        scheduler.enqueue(shout, word="hi")
+        scheduler.enqueue("greet", name="ada")
+        wait_until(lambda: len(scheduler.history(state="succeeded")) == 2, "both tasks", DEADLINE_S)
+    assert sorted(calls) == ["greet", "shout"]
+    with pytest.raises(ConfigError, match="invalid wrapper 42"):
+        scheduler.wrap_handlers(42)  # type: ignore[arg-type]
+
+
+def test_reconfigure_replaces_identity_and_store_before_start_only(tmp_path: Path) -> None:
+    """``reconfigure`` sets a new instance id, mode and store (and metrics with that
+    identity) before start, refuses bad values naming them, and refuses once started."""
+    scheduler = greeter(tmp_path)
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    scheduler.reconfigure(store=other, instance_id="w9", mode="local")
+    assert (scheduler.config.store_url, scheduler.instance_id) == (other, "w9")
+    assert scheduler.config.mode == "local"
+    assert 'instance_id="w9",mode="local"' in scheduler.metrics.exposition().decode()
+    with pytest.raises(ConfigError, match="invalid mode 'solo'"):
+        scheduler.reconfigure(mode="solo")
+    with pytest.raises(ConfigError, match="'ftp://x'"):
+        scheduler.reconfigure(store="ftp://x")
+    with (
+        TestClient(FastAPI(lifespan=lifespan(scheduler))),
+        pytest.raises(SoloistError, match="has started"),
+    ):
+        scheduler.reconfigure(instance_id="w10")
+    assert (tmp_path / "other.db").exists() and scheduler.instance_id == "w9"
