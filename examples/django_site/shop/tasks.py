@@ -11,7 +11,8 @@ app = Scheduler(settings.SOLOIST_STORE_URL)
 
 @app.task(retries=3, backoff="exponential", timeout="1m")
 def send_welcome(ctx: JobContext, to: str) -> dict[str, str]:
-    # A sync handler runs in a worker thread: the Django ORM may be used here.
+    # A sync handler runs in a worker thread: the Django ORM may be used here
+    # (`manage.py soloist run` closes stale connections around each run).
     ctx.logger.info("welcome mail to %s", to)
     return {"to": to}
 
