@@ -443,3 +443,143 @@ def test_cli_status_uses_the_same_report(cluster: Cluster) -> None:
     assert report["leader_id"] == http_status["leader_id"]
     assert {i["instance_id"] for i in report["instances"]} == {"admin", "reader"}
     assert {j["name"] for j in report["jobs"]} == {j["name"] for j in http_status["jobs"]}
+
+
+# -- hardening ----------------------------------------------------------------------------------
+def raw_request(instance: Instance, request: bytes) -> tuple[int, dict[str, str], str]:
+    """Send ``request`` as given (a client library would fix the Host header) and parse the
+    answer of a ``Connection: close`` exchange."""
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(instance.base)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body.decode()
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example", "evil.example:8080", "127.0.0.1.nip.io", "localhost.evil.example"]
+)
+def test_a_foreign_host_header_is_refused_on_loopback(cluster: Cluster, host: str) -> None:
+    """DNS rebinding: a loopback-bound server answers 421 JSON to a Host that is not local."""
+    for method, path, auth in (
+        ("GET", "/status", ""),
+        ("GET", "/", ""),
+        ("POST", "/api/jobs/tick/trigger", f"Authorization: Bearer {TOKEN}\r\n"),
+    ):
+        request = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n"
+        status, headers, body = raw_request(cluster.admin, request.encode())
+        assert status == 421, (host, path, body)
+        assert headers["content-type"] == "application/json"
+        assert json.loads(body)["error"].startswith(f"invalid Host header {host!r}")
+
+
+def test_local_host_headers_are_answered_with_any_port(cluster: Cluster) -> None:
+    """localhost, 127.0.0.1 and [::1], with or without a port, are the names allowed."""
+    for host in ("localhost", "LOCALHOST:8080", "127.0.0.1:1", "[::1]:8080", "[::1]"):
+        request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        status, _, body = raw_request(cluster.reader, request.encode())
+        assert (status, json.loads(body)) == (200, {"status": "ok"}), host
+
+
+def test_the_token_is_accepted_only_as_a_bearer_header(cluster: Cluster) -> None:
+    """No query string, form field or cookie carries the token; whitespace around it is fine."""
+    url = cluster.admin.url("api/jobs/tick/pause")
+    for attempt in (
+        httpx.post(url, params={"token": TOKEN}, timeout=10),
+        httpx.post(url, params={"access_token": TOKEN}, timeout=10),
+        httpx.post(url, data={"token": TOKEN, "access_token": TOKEN}, timeout=10),
+        httpx.post(url, cookies={"token": TOKEN, "soloist.token": TOKEN}, timeout=10),
+        httpx.post(url, headers={"Authorization": TOKEN}, timeout=10),
+        httpx.post(url, headers={"X-Token": TOKEN}, timeout=10),
+    ):
+        assert attempt.status_code == 401, attempt.request
+        assert TOKEN not in attempt.text
+    spaced = httpx.post(
+        cluster.admin.url("api/jobs/tick/resume"),
+        headers={"Authorization": f"bearer   {TOKEN}"},
+        timeout=10,
+    )
+    assert (spaced.status_code, spaced.json()) == (200, {"job": "tick", "paused": False})
+
+
+def test_cors_is_not_enabled(cluster: Cluster) -> None:
+    """A cross-origin preflight of POST fails and no answer allows another origin."""
+    origin = {"Origin": "http://evil.example"}
+    preflight = httpx.options(
+        cluster.admin.url("api/jobs/tick/trigger"),
+        headers={
+            **origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization",
+        },
+        timeout=10,
+    )
+    assert preflight.status_code == 405
+    for response in (preflight, cluster.admin.get("status", headers=origin)):
+        assert not any(k.lower().startswith("access-control-") for k in response.headers)
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "named"),
+    [
+        ("api/occurrences?limit=%C2%B2", 400, "invalid limit '²'"),
+        ("api/occurrences?limit=" + "9" * 5000, 400, "invalid limit '999"),
+        ("api/occurrences?limit=-1", 400, "invalid limit '-1'"),
+        ("api/occurrences?limit=1e3", 400, "invalid limit '1e3'"),
+        ("api/occurrences?limit=%205", 400, "invalid limit ' 5'"),
+        ("api/occurrences?state=%00", 400, "invalid state '\\x00'"),
+        ("api/occurrences?job=a%00b", 400, "invalid job 'a\\x00b'"),
+        ("api/occurrences/a%00b", 400, "invalid id 'a\\x00b'"),
+        ("api/occurrences/%F0%9F%92%A9%E2%80%AE", 404, "unknown occurrence '💩\\u202e'"),
+        ("api/occurrences/..%2F..%2Fetc%2Fpasswd", 404, "no such endpoint"),
+        ("api/occurrences/" + "x" * 6000, 404, "unknown occurrence 'xxx"),
+    ],
+)
+def test_weird_input_is_a_clean_4xx(cluster: Cluster, path: str, status: int, named: str) -> None:
+    """Odd limits, NUL bytes, unicode, traversal and long ids answer a short JSON 4xx."""
+    response = cluster.reader.get(path)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    message = response.json()["error"]
+    assert message.startswith(named) and len(message) <= 500
+    assert "Traceback" not in response.text
+
+
+def test_actions_refuse_nul_bytes_and_ignore_a_body(cluster: Cluster) -> None:
+    """A NUL in a job name or id is 400; a large request body of an action is ignored."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for path in ("api/jobs/a%00b/trigger", "api/jobs/a%00b/pause", "api/occurrences/a%00/retry"):
+        response = httpx.post(cluster.admin.url(path), headers=auth, timeout=10)
+        assert response.status_code == 400, response.text
+        assert "must not contain a NUL byte" in response.json()["error"]
+    body = httpx.post(
+        cluster.admin.url("api/jobs/tick/resume"),
+        headers=auth,
+        content=b"x" * 5_000_000,
+        timeout=30,
+    )
+    assert (body.status_code, body.json()) == (200, {"job": "tick", "paused": False})
+    assert cluster.admin.get("healthz").status_code == 200
+
+
+def test_every_answer_carries_the_safety_headers(cluster: Cluster) -> None:
+    """JSON, metrics, errors and the page are unframeable, unsniffable, uncached and
+    send no referrer; the page's policy allows its script by hash, not 'unsafe-inline'."""
+    for path in ("status", "api/jobs", "metrics", "nope", "api/occurrences?limit=0", ""):
+        headers = cluster.reader.get(path).headers
+        assert headers["x-content-type-options"] == "nosniff", path
+        assert headers["cache-control"] == "no-store", path
+        assert headers["x-frame-options"] == "DENY", path
+        assert headers["referrer-policy"] == "no-referrer", path
+        assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+    csp = cluster.reader.get("").headers["content-security-policy"]
+    script_src = next(p for p in csp.split(";") if p.strip().startswith("script-src"))
+    assert "'sha256-" in script_src and "unsafe" not in script_src

@@ -3,6 +3,8 @@ own loop, and mounted under a prefix of another ASGI app."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime
 
 import httpx
@@ -10,8 +12,9 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from soloist import Scheduler
-from soloist.http import api, create_app
+from soloist import Scheduler, every
+from soloist.http import api, create_app, server
+from soloist.models import OccurrenceCounts
 from soloist.stores.memory import MemoryStore
 
 TOKEN = "embedded-token"
@@ -109,3 +112,109 @@ async def test_readyz_is_503_when_the_store_does_not_answer(
         body = ready.json()
         assert body["status"] == "unavailable" and message in body["error"]
         assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_bound_beyond_loopback_any_host_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bound to 0.0.0.0 (a pod) the server answers a probe sent to its IP under any Host;
+    SOLOIST_HTTP_ALLOWED_HOSTS narrows that to the names it lists."""
+    monkeypatch.delenv("SOLOIST_HTTP_ALLOWED_HOSTS", raising=False)
+    app = Scheduler("memory://", http="0.0.0.0:0")
+    await app.start()
+    try:
+        assert app.http_address is not None
+        url = f"http://127.0.0.1:{app.http_address[1]}/healthz"
+        async with httpx.AsyncClient(timeout=10) as client:
+            for host in ("10.1.2.3:8080", "soloist.default.svc", "evil.example"):
+                answer = await client.get(url, headers={"Host": host})
+                assert answer.status_code == 200, host
+    finally:
+        await app.stop()
+    monkeypatch.setenv("SOLOIST_HTTP_ALLOWED_HOSTS", "soloist.internal, 10.1.2.3")
+    app = Scheduler("memory://", http="0.0.0.0:0")
+    await app.start()
+    try:
+        assert app.http_address is not None
+        url = f"http://127.0.0.1:{app.http_address[1]}/healthz"
+        async with httpx.AsyncClient(timeout=10) as client:
+            for host, status in (("soloist.internal:80", 200), ("10.1.2.3", 200), ("x.io", 421)):
+                assert (await client.get(url, headers={"Host": host})).status_code == status
+    finally:
+        await app.stop()
+
+
+def test_allowed_hosts_follow_the_bound_address() -> None:
+    """Loopback addresses get the local names; others any Host; '*' lifts the check."""
+    local = {"localhost", "127.0.0.1", "[::1]"}
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        assert server.allowed_hosts(host, "") == local, host
+    for host in ("0.0.0.0", "::", "10.0.0.5", "soloist.internal"):
+        assert server.allowed_hosts(host, "") is None, host
+    assert server.allowed_hosts("127.0.0.1", "*") is None
+    assert server.allowed_hosts("0.0.0.0", "A.example,b") == {"a.example", "b"}
+
+
+async def test_a_non_ascii_token_matches_and_odd_headers_are_401() -> None:
+    """A UTF-8 token sent as UTF-8 bytes is accepted; undecodable or odd headers are 401s."""
+    app = Scheduler("memory://")
+
+    @app.job(every("1h"))
+    def tick() -> None:
+        return None
+
+    transport = httpx.ASGITransport(app=create_app(app, token="tökén-✓"))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        good = {"Authorization": "Bearer tökén-✓".encode()}
+        assert (await client.post("/api/jobs/tick/pause", headers=good)).status_code == 200
+        for value in (
+            b"Bearer \xff\xfe",
+            b"Bearer",
+            b"Bearer ",
+            "Bearer tökén".encode("latin-1"),
+        ):
+            answer = await client.post("/api/jobs/tick/pause", headers={"Authorization": value})
+            assert answer.status_code == 401, value
+    await app.aclose()
+
+
+class HangingReads(MemoryStore):
+    """A store whose reads never answer."""
+
+    async def now(self) -> datetime:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def occurrence_counts(self) -> OccurrenceCounts:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+async def test_reads_of_a_hanging_store_answer_503_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GET /status gives up with a JSON 503 after READ_TIMEOUT; /metrics serves what it
+    has and counts the store error instead of hanging."""
+    monkeypatch.setattr(api, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(api, "READY_TIMEOUT", 0.2)
+    app = Scheduler(HangingReads())
+    transport = httpx.ASGITransport(app=create_app(app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        started = time.monotonic()
+        status = await asyncio.wait_for(client.get("/status"), 5)
+        assert status.status_code == 503
+        assert status.json() == {"error": "the store did not answer within 0.3s"}
+        metrics = await asyncio.wait_for(client.get("/metrics"), 5)
+        assert metrics.status_code == 200
+        assert 'soloist_store_errors_total{operation="occurrence_counts"} 1.0' in metrics.text
+        assert time.monotonic() - started < 3
+
+
+async def test_nul_bytes_are_400_on_postgresql(postgres_url: str) -> None:
+    """PostgreSQL cannot hold a NUL: the API refuses one as bad input, not as a store error."""
+    app = Scheduler(postgres_url)
+    transport = httpx.ASGITransport(app=create_app(app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        for path in ("/api/occurrences?job=a%00", "/api/occurrences/a%00"):
+            answer = await client.get(path)
+            assert answer.status_code == 400, answer.text
+            assert "must not contain a NUL byte" in answer.json()["error"]
+    await app.aclose()

@@ -9,18 +9,24 @@ input, 401 missing or wrong token, 403 actions disabled, 404 unknown, 409 wrong 
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import hashlib
 import hmac
+import ipaddress
 import logging
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from soloist.errors import (
     ConfigError,
@@ -34,29 +40,39 @@ from soloist.metrics import CONTENT_TYPE_LATEST
 if TYPE_CHECKING:
     from soloist.scheduler import Scheduler
 
-__all__ = ["MAX_LIMIT", "READY_TIMEOUT", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "MAX_LIMIT", "READY_TIMEOUT", "create_app", "is_loopback"]
 
 log = logging.getLogger("soloist")
 
 #: ``/readyz`` fails when the store does not answer within this many seconds.
 READY_TIMEOUT = 2.0
+#: A read (GET) that waits longer than this on the store answers 503.
+READ_TIMEOUT = 10.0
+#: Error messages longer than this are cut (they may echo a long name or id).
+MAX_ERROR_CHARS = 500
+#: The ``Host`` names a loopback-bound server answers to (any port): a DNS-rebinding page
+#: reaches 127.0.0.1 under its own name, which is not one of these.
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 #: ``/api/occurrences``: rows returned by default, and at most.
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
 READ_ONLY = "read-only: set SOLOIST_TOKEN to enable actions"
-#: Headers on every answer: nothing here is to be sniffed, framed or cached.
+#: Headers on every answer: nothing here is to be sniffed, framed, cached or referred to.
 SAFE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
-}
-DASHBOARD_HEADERS = {
-    **SAFE_HEADERS,
-    "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
-    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
 }
+#: The dashboard's policy: its one inline script is allowed by its hash, nothing else runs.
+DASHBOARD_CSP = (
+    "default-src 'self'; script-src {script}; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'none'; object-src 'none'"
+)
+INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 PLACEHOLDER = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>soloist</title></head>
 <body><h1>soloist</h1><p>The dashboard is not installed. JSON:
@@ -74,7 +90,35 @@ def json_response(
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[: MAX_ERROR_CHARS - 1] + "…"
     return json_response({"error": message}, status, headers)
+
+
+def dashboard_csp(page: str) -> str:
+    """The dashboard's Content-Security-Policy, allowing exactly the inline scripts of
+    ``page`` by their SHA-256 (no ``'unsafe-inline'`` for scripts)."""
+    hashes = [
+        "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
+        for body in INLINE_SCRIPT.findall(page)
+    ]
+    return DASHBOARD_CSP.format(script=" ".join(hashes) or "'none'")
+
+
+def text_param(kind: str, value: str) -> str:
+    """``value`` of a name or id taken from the URL, refused (400) if it has a NUL byte
+    (no store can hold one; PostgreSQL would fail the query instead of finding nothing)."""
+    if "\x00" in value:
+        raise ConfigError(f"invalid {kind} {value!r}: must not contain a NUL byte")
+    return value
+
+
+def parse_limit(text: str) -> int:
+    """The ``limit`` query parameter: ASCII digits only, 1 to MAX_LIMIT."""
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_LIMIT))
+    if not digits or not 1 <= int(text) <= MAX_LIMIT:
+        raise ConfigError(f"invalid limit {text!r}: expected an integer from 1 to {MAX_LIMIT}")
+    return int(text)
 
 
 def guarded(endpoint: Endpoint) -> Endpoint:
@@ -83,7 +127,13 @@ def guarded(endpoint: Endpoint) -> Endpoint:
     @functools.wraps(endpoint)
     async def run(request: Request) -> Response:
         try:
-            return await endpoint(request)
+            if request.method != "GET":
+                return await endpoint(request)
+            # A read that hangs on the store is a 503, not a connection held open forever.
+            # (Actions are not cut short: the answer would not say whether they happened.)
+            return await asyncio.wait_for(endpoint(request), READ_TIMEOUT)
+        except asyncio.TimeoutError:
+            return error(503, f"the store did not answer within {READ_TIMEOUT:g}s")
         except UnknownTaskError as exc:
             return error(404, str(exc))
         except StateConflictError as exc:
@@ -119,8 +169,10 @@ class Api:
         if self._token is None:
             return error(403, READ_ONLY)
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        # Starlette decodes header bytes as latin-1: encoding back gives the bytes sent, so
+        # a non-ASCII token sent as UTF-8 matches, and no header can raise here.
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode(), self._token
+            given.strip().encode("latin-1"), self._token
         ):
             return error(
                 401, "missing or wrong bearer token", {"WWW-Authenticate": 'Bearer realm="soloist"'}
@@ -133,7 +185,8 @@ class Api:
             page = resources.files("soloist.http").joinpath("dashboard.html").read_text("utf-8")
         except (FileNotFoundError, OSError):
             page = PLACEHOLDER
-        return HTMLResponse(page, headers=DASHBOARD_HEADERS)
+        headers = {**SAFE_HEADERS, "Content-Security-Policy": dashboard_csp(page)}
+        return HTMLResponse(page, headers=headers)
 
     async def healthz(self, request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -159,9 +212,13 @@ class Api:
 
     async def metrics(self, request: Request) -> Response:
         metrics = self.app.metrics
-        try:
+
+        async def refresh() -> None:
             await metrics.refresh_counts(await self.app.astore())
-        except StoreError:
+
+        try:
+            await asyncio.wait_for(refresh(), READY_TIMEOUT)
+        except (StoreError, asyncio.TimeoutError):
             metrics.store_error("occurrence_counts")  # the rest is still worth serving
         return Response(metrics.exposition(), headers=SAFE_HEADERS, media_type=CONTENT_TYPE_LATEST)
 
@@ -171,44 +228,85 @@ class Api:
 
     async def occurrences(self, request: Request) -> Response:
         query = request.query_params
-        text = query.get("limit", str(DEFAULT_LIMIT))
-        if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-            raise ConfigError(f"invalid limit {text!r}: expected an integer from 1 to {MAX_LIMIT}")
+        limit = parse_limit(query.get("limit", str(DEFAULT_LIMIT)))
         found = await self.app.ahistory(
-            job=query.get("job") or None, state=query.get("state") or None, limit=int(text)
+            job=text_param("job", query.get("job", "")) or None,
+            state=query.get("state") or None,
+            limit=limit,
         )
         return json_response({"occurrences": [occ.to_json() for occ in found]})
 
     async def occurrence(self, request: Request) -> Response:
-        occ, attempts = await self.app.aattempts(request.path_params["id"])
+        occ, attempts = await self.app.aattempts(text_param("id", request.path_params["id"]))
         return json_response({**occ.to_json(), "attempts": [a.to_json() for a in attempts]})
 
     # -- actions ------------------------------------------------------------------------------
     async def trigger(self, request: Request) -> Response:
         if (refused := self.refusal(request)) is not None:
             return refused
-        name = request.path_params["name"]
+        name = text_param("job", request.path_params["name"])
         return json_response({"occurrence_id": await self.app.atrigger(name), "job": name}, 202)
 
     async def pause(self, request: Request) -> Response:
         if (refused := self.refusal(request)) is not None:
             return refused
-        name = request.path_params["name"]
+        name = text_param("job", request.path_params["name"])
         await self.app.apause(name)
         return json_response({"job": name, "paused": True})
 
     async def resume(self, request: Request) -> Response:
         if (refused := self.refusal(request)) is not None:
             return refused
-        name = request.path_params["name"]
+        name = text_param("job", request.path_params["name"])
         await self.app.aresume(name)
         return json_response({"job": name, "paused": False})
 
     async def retry(self, request: Request) -> Response:
         if (refused := self.refusal(request)) is not None:
             return refused
-        new_id = await self.app.aretry(request.path_params["id"])
+        new_id = await self.app.aretry(text_param("id", request.path_params["id"]))
         return json_response({"occurrence_id": new_id}, 202)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether the listening address ``host`` only accepts connections from this machine."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, without the port, lower case (``[::1]`` keeps its
+    brackets)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.partition("]")[0] + "]"
+    return header.rpartition(":")[0] if ":" in header else header
+
+
+class HostCheck:
+    """Answers 421 to requests whose ``Host`` is not one of ``allowed`` (any port): the
+    defence against DNS rebinding of a server that listens on a loopback address."""
+
+    def __init__(self, app: ASGIApp, allowed: frozenset[str]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = next((v for k, v in scope["headers"] if k == b"host"), b"")
+            host = raw.decode("latin-1")
+            if host_name(host) not in self.allowed:
+                allowed = ", ".join(sorted(self.allowed))
+                answer = error(
+                    421, f"invalid Host header {host[:100]!r}: expected one of {allowed}"
+                )
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -219,10 +317,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
 
-def create_app(scheduler: Scheduler, *, token: str | None = None) -> Starlette:
+def create_app(
+    scheduler: Scheduler,
+    *,
+    token: str | None = None,
+    allowed_hosts: Iterable[str] | None = None,
+) -> Starlette:
     """The ASGI app of ``scheduler``'s HTTP endpoint. ``token`` enables the actions
     (default: the scheduler's ``token`` setting, ``SOLOIST_TOKEN``); without one the API
-    is read-only. Mountable under any prefix."""
+    is read-only. ``allowed_hosts``: if given, requests whose ``Host`` header names another
+    host (any port) are refused with 421. Mountable under any prefix."""
     api = Api(scheduler, token if token is not None else scheduler.config.token)
     get, post = ["GET"], ["POST"]
     routes = [
@@ -240,4 +344,10 @@ def create_app(scheduler: Scheduler, *, token: str | None = None) -> Starlette:
         Route("/api/occurrences/{id}", guarded(api.occurrence), methods=get),
         Route("/api/occurrences/{id}/retry", guarded(api.retry), methods=post),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    middleware = []
+    if allowed_hosts is not None:
+        hosts = frozenset(host_name(h) for h in allowed_hosts)
+        middleware.append(Middleware(HostCheck, allowed=hosts))
+    return Starlette(
+        routes=routes, middleware=middleware, exception_handlers={HTTPException: _http_error}
+    )

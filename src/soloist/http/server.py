@@ -5,6 +5,13 @@ socket itself, so that a taken port fails ``start`` with a clear error (uvicorn 
 ``sys.exit``), and so that port 0 yields the port the OS chose. uvicorn's own signal
 handling is off: SIGTERM stays with :meth:`soloist.Scheduler.serve`, which stops this
 server first and then the workers gracefully.
+
+Bound to a loopback address (the default), it answers only requests whose ``Host`` is
+``localhost``, ``127.0.0.1`` or ``[::1]``: a web page whose name an attacker re-points at
+127.0.0.1 (DNS rebinding) would otherwise read the API from the user's browser. Bound
+elsewhere (``0.0.0.0`` in a pod) any ``Host`` is accepted, since probes and Prometheus
+use the pod's IP. ``SOLOIST_HTTP_ALLOWED_HOSTS`` (comma-separated names, or ``*``)
+replaces either default.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -19,17 +27,28 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from soloist.errors import ConfigError
-from soloist.http.api import create_app
+from soloist.http.api import LOOPBACK_HOSTS, create_app, is_loopback
 
 if TYPE_CHECKING:
     from soloist.scheduler import Scheduler
 
-__all__ = ["HttpServer"]
+__all__ = ["HttpServer", "allowed_hosts"]
 
 log = logging.getLogger("soloist")
 
 #: Open connections get this long to finish on stop.
 SHUTDOWN_GRACE_S = 3
+
+
+def allowed_hosts(host: str, setting: str | None = None) -> frozenset[str] | None:
+    """The ``Host`` names a server listening on ``host`` answers to; None for any.
+    ``setting`` (default ``SOLOIST_HTTP_ALLOWED_HOSTS``): comma-separated names, or ``*``."""
+    if setting is None:
+        setting = os.environ.get("SOLOIST_HTTP_ALLOWED_HOSTS", "")
+    names = frozenset(n.strip().lower() for n in setting.split(",") if n.strip())
+    if names:
+        return None if "*" in names else names
+    return LOOPBACK_HOSTS if is_loopback(host) else None
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -66,7 +85,7 @@ class HttpServer:
         sock = self._bind()
         self.address = (self.host, sock.getsockname()[1])
         config = uvicorn.Config(
-            create_app(self.scheduler),
+            create_app(self.scheduler, allowed_hosts=allowed_hosts(self.host)),
             log_config=None,  # the program's logging stays as it is
             access_log=False,
             lifespan="off",
