@@ -10,8 +10,7 @@ Bound to a loopback address (the default), it answers only requests whose ``Host
 ``localhost``, ``127.0.0.1`` or ``[::1]``: a web page whose name an attacker re-points at
 127.0.0.1 (DNS rebinding) would otherwise read the API from the user's browser. Bound
 elsewhere (``0.0.0.0`` in a pod) any ``Host`` is accepted, since probes and Prometheus
-use the pod's IP. ``SOLOIST_HTTP_ALLOWED_HOSTS`` (comma-separated names, or ``*``)
-replaces either default.
+use the pod's IP.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -40,14 +38,8 @@ log = logging.getLogger("soloist")
 SHUTDOWN_GRACE_S = 3
 
 
-def allowed_hosts(host: str, setting: str | None = None) -> frozenset[str] | None:
-    """The ``Host`` names a server listening on ``host`` answers to; None for any.
-    ``setting`` (default ``SOLOIST_HTTP_ALLOWED_HOSTS``): comma-separated names, or ``*``."""
-    if setting is None:
-        setting = os.environ.get("SOLOIST_HTTP_ALLOWED_HOSTS", "")
-    names = frozenset(n.strip().lower() for n in setting.split(",") if n.strip())
-    if names:
-        return None if "*" in names else names
+def allowed_hosts(host: str) -> frozenset[str] | None:
+    """The ``Host`` names a server listening on ``host`` answers to; None for any."""
     return LOOPBACK_HOSTS if is_loopback(host) else None
 
 
