@@ -214,3 +214,23 @@ def test_dashboard_works_under_a_prefix(page: Page, mounted: Server) -> None:
     expect(page.locator("#occurrences tbody tr[data-state]")).to_have_count(1)
     outside = [path for path in paths if not path.startswith("ops")]
     assert outside == [], f"requests outside the prefix: {outside}"
+
+
+def test_csp_blocks_injected_scripts_and_the_token_stays_out_of_urls(
+    page: Page, servers: Servers
+) -> None:
+    """Under the page's CSP an injected inline script does not run, and the token is sent
+    only as a header: never in a request URL, never in localStorage."""
+    urls: list[str] = []
+    page.on("request", lambda request: urls.append(request.url))
+    page.add_init_script(f"sessionStorage.setItem('soloist.token', {TOKEN!r})")
+    open_dashboard(page, servers.admin.url)
+    page.evaluate(
+        """() => { const s = document.createElement("script");
+                   s.textContent = "window.injected = true"; document.body.append(s); }"""
+    )
+    assert page.evaluate("window.injected === undefined")
+    page.get_by_role("button", name="trigger monthly-report", exact=True).click()
+    expect(page.locator("#message")).to_contain_text("accepted, HTTP 202")
+    assert page.evaluate("localStorage.length") == 0
+    assert urls and not [url for url in urls if TOKEN in url]
