@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
+import socket
+import subprocess
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 import redis
@@ -427,5 +431,49 @@ async def test_random_operations_keep_indexes_with_history_trimming(
 
     try:
         await _random_steps([store], clock, 7, 300, check)
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[str]:
+    """A redis-server of this test's own (to pause or stop without disturbing others)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server in PATH")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    proc = subprocess.Popen([*argv, "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url, socket_timeout=1)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "the private redis-server did not answer"
+            time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        client.close()
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+async def test_more_concurrent_calls_than_connections_wait_for_one(private_redis: str) -> None:
+    """40 calls at once while the server is slow (paused) all succeed: a call waits for a
+    free pooled connection instead of failing with 'Too many connections'."""
+    store = RedisStore(private_redis + "?prefix=many")
+    await store.migrate()
+    try:
+        redis.Redis.from_url(private_redis).client_pause(300, all=False)
+        got = await asyncio.gather(
+            *(store.occurrence_counts() for _ in range(40)), return_exceptions=True
+        )
+        assert [g for g in got if isinstance(g, BaseException)] == []
     finally:
         await store.close()

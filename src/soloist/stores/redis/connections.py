@@ -22,6 +22,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
+from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -93,18 +94,22 @@ class Connections:
             return found
 
     def _new_client(self) -> aioredis.Redis:
-        client: aioredis.Redis = aioredis.Redis.from_url(
+        # A blocking pool: a call made while every connection is busy waits for one (up to
+        # the connect timeout) instead of failing at once with "Too many connections".
+        pool = BlockingConnectionPool.from_url(
             self.target.driver_url,
             decode_responses=True,
             socket_timeout=self.target.socket_timeout,
             socket_connect_timeout=self.target.socket_connect_timeout,
             max_connections=self._max_connections,
+            timeout=self.target.socket_connect_timeout,
             # No silent retries: a script may have run before its reply was lost, and
             # running a claim or a completion twice is not the same as once. The runtime
             # backs off and calls again, knowing what it asks for.
             retry=Retry(NoBackoff(), 0),
             client_name="soloist",
         )
+        client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # closes the pool with it
         return client
 
     async def run(self, name: str, args: Sequence[object]) -> Any:
