@@ -477,3 +477,19 @@ async def test_more_concurrent_calls_than_connections_wait_for_one(private_redis
         assert [g for g in got if isinstance(g, BaseException)] == []
     finally:
         await store.close()
+
+
+async def test_a_wait_on_a_silent_server_ends_within_its_timeout() -> None:
+    """work_wait(0.3) on a server that accepts but never answers gives up within about a
+    second (StoreUnavailableError, no password), not after the 60 s socket timeout."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        store = RedisStore(f"redis://u:hunter2@127.0.0.1:{port}/0?prefix=silent")
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match="SUBSCRIBE") as info:
+            await asyncio.wait_for(store.work_wait(0.3), 30)
+        assert time.monotonic() - started < 5
+        assert "hunter2" not in str(info.value)
+        await store.close()

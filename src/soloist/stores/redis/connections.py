@@ -132,32 +132,40 @@ class Connections:
                 raise StoreError(f"Redis store {self.target.display}: script {name} got SHA {sha}")
 
     # -- waking -----------------------------------------------------------------------------
-    async def subscription(self) -> tuple[PubSub, bool]:
+    async def subscription(self, limit: float | None = None) -> tuple[PubSub, bool]:
         """The wake-up subscription of the running loop, and whether it is new (made by
-        this call: wake-ups published before it existed were not received)."""
+        this call: wake-ups published before it existed were not received). Making one
+        takes at most ``limit`` seconds (default: the socket timeout), else
+        StoreUnavailableError."""
         loop = asyncio.get_running_loop()
         current = self._pubsub
         if current is not None and current[0] is loop:
             return current[1], False
         self.drop_subscription()
         pubsub = self.client().pubsub()
+        budget = min(limit, self.target.socket_timeout) if limit else self.target.socket_timeout
         try:
-            await pubsub.subscribe(self.target.channel)
-            # Read the confirmation, so that later reads only see wake-ups.
-            deadline = loop.time() + self.target.socket_timeout
-            while True:
-                message = await pubsub.get_message(timeout=max(0.0, deadline - loop.time()))
-                if message is not None and message.get("type") == "subscribe":
-                    break
-                if loop.time() >= deadline:
-                    raise StoreUnavailableError(
-                        f"Redis store {self.target.display}: no answer to SUBSCRIBE"
-                    )
+            # Connecting, SUBSCRIBE and its confirmation (so that later reads only see
+            # wake-ups) within the budget: a server that accepts but does not answer must
+            # not hold a short wait for the whole socket timeout.
+            await asyncio.wait_for(self._subscribe(pubsub), budget)
+        except asyncio.TimeoutError:
+            self._close_later(pubsub)
+            raise StoreUnavailableError(
+                f"Redis store {self.target.display}: no answer to SUBSCRIBE within {budget:g}s"
+            ) from None
         except BaseException:
             self._close_later(pubsub)
             raise
         self._pubsub = (loop, pubsub)
         return pubsub, True
+
+    async def _subscribe(self, pubsub: PubSub) -> None:
+        await pubsub.subscribe(self.target.channel)
+        while True:
+            message = await pubsub.get_message(timeout=self.target.socket_timeout)
+            if message is not None and message.get("type") == "subscribe":
+                return
 
     def drop_subscription(self) -> None:
         """Forget the subscription (closed in the background if its loop runs); the next

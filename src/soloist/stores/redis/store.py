@@ -32,6 +32,9 @@ __all__ = ["SCHEMA_VERSION", "RedisStore"]
 #: The layout of keys this code reads and writes; ``migrate`` refuses a newer one.
 SCHEMA_VERSION = 1
 _US = timedelta(microseconds=1)
+#: Seconds a wait may spend (re)subscribing, however short its timeout: a healthy server
+#: confirms at once, a busy machine may take a moment.
+SUBSCRIBE_FLOOR = 1.0
 
 
 class RedisStore:
@@ -113,13 +116,16 @@ class RedisStore:
         script that made work due within a minute (insert, plan, retry, release, reap, a
         new or resumed job): True when one arrived, False when the time ran out. Wake-ups
         received since the previous call count, folded into one. True is also returned when
-        this call had to (re)subscribe, since wake-ups sent meanwhile were lost. Cancelling
-        is safe: the subscription is dropped and made again by the next call."""
+        this call had to (re)subscribe, since wake-ups sent meanwhile were lost; a server
+        that does not confirm the subscription within ``max(timeout, 1 s)`` raises
+        StoreUnavailableError. Cancelling is safe: the subscription is dropped and made
+        again by the next call."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
         try:
             with self._conns.translated():
-                pubsub, fresh = await self._conns.subscription()
+                limit = max(timeout, SUBSCRIBE_FLOOR)
+                pubsub, fresh = await self._conns.subscription(limit)
                 if fresh:
                     return True
                 woken = False
