@@ -493,3 +493,30 @@ async def test_a_wait_on_a_silent_server_ends_within_its_timeout() -> None:
         assert time.monotonic() - started < 5
         assert "hunter2" not in str(info.value)
         await store.close()
+
+
+async def test_cancelled_waits_leave_no_connections_behind(private_redis: str) -> None:
+    """30 waits cancelled mid-way, then close(): the server sees at most the one
+    subscription and one command connection meanwhile, and none after close."""
+    raw_client = redis.Redis.from_url(private_redis, decode_responses=True)
+    store = RedisStore(private_redis + "?prefix=cancel")
+    await store.migrate()
+
+    def ours() -> int:
+        return sum(1 for c in raw_client.client_list() if c.get("name") == "soloist")
+
+    assert await store.work_wait(0.01) is True
+    for _ in range(30):
+        waiting = asyncio.create_task(store.work_wait(30))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    assert await store.work_wait(0.01) in (True, False)
+    assert ours() <= 2
+    await store.close()
+    deadline = time.monotonic() + 5
+    while ours() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert ours() == 0
+    raw_client.close()
