@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -283,6 +284,25 @@ async def test_scopes_get_independent_streams(clock: FakeClock, store: MemorySto
         ("globex", 1),
         ("globex", 2),
     ]
+
+
+async def test_scopes_with_control_characters_are_not_planned(
+    clock: FakeClock, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scope provider that returns a scope with a NUL or newline gets an ERROR naming it;
+    that scope is not planned, the job's other scopes are."""
+    app = make_app(clock, store, "a")
+    app.job(every("1m"), name="report", scopes=lambda now: ["acme", "bad\x00x", "ev\nil"])(
+        lambda ctx: None
+    )
+    runtime = await started(app)
+    with caplog.at_level(logging.ERROR, logger="soloist"):
+        await runtime.planner.tick()
+        clock.advance(60)
+        await runtime.planner.tick()
+    rows = await store.occurrence_list(job="report", limit=100)
+    assert {o.scope for o in rows} == {"acme"}
+    assert any("bad\\x00x" in r.getMessage() for r in caplog.records), caplog.text
 
 
 async def test_planner_sleeps_until_the_next_plan_time(

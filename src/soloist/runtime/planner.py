@@ -111,7 +111,19 @@ class Planner(Service):
         provided = job.scopes(now)
         if inspect.isawaitable(provided):
             provided = await provided
-        return sorted({str(scope) for scope in provided})
+        scopes = {str(scope) for scope in provided}
+        # Scopes appear in keys and dedupe keys, as names do: no control characters.
+        bad = sorted(scope for scope in scopes if any(ord(c) < 32 for c in scope))
+        if bad:
+            self.log(
+                logging.ERROR,
+                "job %s: scopes %r contain control characters; not planned",
+                job.name,
+                bad,
+                action="plan_error",
+                job=job.name,
+            )
+        return sorted(scopes.difference(bad))
 
     async def plan_stream(
         self,
