@@ -42,7 +42,16 @@ class ErrorCode(str, enum.Enum):
     LEASE_LOST = "lease_lost"
     HANDLER_PANIC = "handler_panic"
     LEASE_EXPIRED = "lease_expired"
+    #: The occurrence's lease expired more than ``max_crashes`` times: its runner keeps
+    #: dying (a handler that kills its process, OOM), so it is not run again.
+    CRASH_LOOP = "crash_loop"
     OVERLAP = "overlap"
+
+
+#: How many lease expiries (runner killed, frozen, cut off from the store) an occurrence
+#: survives by default: each one runs it again without spending a retry; one more makes it
+#: ``dead`` with ``crash_loop``. A crash is not a failure of the handler (SPEC 4.3).
+DEFAULT_MAX_CRASHES = 3
 
 
 class Overlap(str, enum.Enum):
@@ -84,6 +93,7 @@ class NewOccurrence:
     max_attempts: int = 1
     overlap: Overlap = Overlap.ALLOW
     payload: JSONDict = field(default_factory=dict)
+    max_crashes: int = DEFAULT_MAX_CRASHES
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,9 @@ class Occurrence:
     error_code: str | None
     error_message: str | None
     result: Any = None
+    #: Lease expiries so far (runs that never reported an outcome); they spend no attempt.
+    crashes: int = 0
+    max_crashes: int = DEFAULT_MAX_CRASHES
 
     @property
     def duration(self) -> timedelta | None:
@@ -137,6 +150,8 @@ class Occurrence:
             "state": self.state.value,
             "attempt": self.attempt,
             "max_attempts": self.max_attempts,
+            "crashes": self.crashes,
+            "max_crashes": self.max_crashes,
             "instance_id": self.instance_id,
             "fencing_token": self.fencing_token,
             "started_at": iso(self.started_at),
@@ -152,7 +167,8 @@ class Occurrence:
 class Attempt:
     """The audit record of one attempt (one claim) of an occurrence, written in the same
     atomic step as the write that ended it: ``outcome`` is ``succeeded``, ``failed`` (a
-    retry follows), ``dead``, or ``released`` (handed back on shutdown; not counted)."""
+    retry follows), ``dead``, ``released`` (handed back on shutdown; not counted) or
+    ``crashed`` (the lease expired and the occurrence runs again; not counted)."""
 
     occurrence_id: str
     attempt: int
@@ -179,6 +195,8 @@ class Attempt:
 
 #: Outcome of an attempt handed back by ``lease_release``.
 RELEASED = "released"
+#: Outcome of an attempt whose lease expired and that runs again (``occurrence_reap``).
+CRASHED = "crashed"
 
 
 @dataclass(frozen=True)

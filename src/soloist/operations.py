@@ -22,6 +22,7 @@ from soloist.errors import (
     UnknownTaskError,
 )
 from soloist.models import (
+    DEFAULT_MAX_CRASHES,
     Attempt,
     JobRecord,
     JSONDict,
@@ -110,6 +111,7 @@ class Operations:
                 max_attempts=spec.retry.max_attempts,
                 overlap=Overlap.ALLOW,
                 payload=data,
+                max_crashes=spec.max_crashes,
             )
 
         if at is None and isinstance(store, InsertsAtNow):
@@ -182,6 +184,7 @@ class Operations:
                     max_attempts=spec.retry.max_attempts,
                     overlap=Overlap.ALLOW,
                     payload=data,
+                    max_crashes=spec.max_crashes,
                 )
                 for n, data in enumerate(chunk)
             ]
@@ -200,7 +203,8 @@ class Operations:
         store = await self._store()
         defn = self.registry.jobs.get(job)
         if defn is not None:
-            max_attempts = self.registry.task(defn.task).retry.max_attempts
+            spec = self.registry.task(defn.task)
+            max_attempts, max_crashes = spec.retry.max_attempts, spec.max_crashes
         else:
             # Not defined in this process (the CLI, a dynamic schedule): use the record.
             record = await store.job_get(job)
@@ -208,6 +212,7 @@ class Operations:
                 raise UnknownTaskError(f"unknown job {job!r}: expected a registered job name")
             defn = JobDef.from_stored(record.name, record.task, record.schedule, record.payload)
             max_attempts = int(record.schedule.get("max_attempts", 1))
+            max_crashes = int(record.schedule.get("max_crashes", DEFAULT_MAX_CRASHES))
         now = await store.now()
         overlap = Overlap.QUEUE if defn.policy.overlap is Overlap.SKIP else defn.policy.overlap
         occ, _ = await store.occurrence_insert(
@@ -222,6 +227,7 @@ class Operations:
                 max_attempts=max_attempts,
                 overlap=overlap,
                 payload=defn.payload,
+                max_crashes=max_crashes,
             )
         )
         self._wake()
@@ -256,6 +262,7 @@ class Operations:
                 # Like a trigger, a retry is never dropped silently by overlap=skip.
                 overlap=Overlap.QUEUE if occ.overlap is Overlap.SKIP else occ.overlap,
                 payload=occ.payload,
+                max_crashes=occ.max_crashes,
             )
         )
         if created:
@@ -350,7 +357,7 @@ class Operations:
         end: object = None,
         max_runs: int | None = None,
         metadata: dict[str, Any] | None = None,
-        overlap: str = "skip",
+        overlap: str | None = None,
         catch_up: str = "latest",
         catch_up_window: object = None,
     ) -> JobRecord:
@@ -377,7 +384,7 @@ class Operations:
         record = JobRecord(
             name=name,
             task=spec.name,
-            schedule=job.stored_schedule(spec.retry.max_attempts),
+            schedule=job.stored_schedule(spec.retry.max_attempts, spec.max_crashes),
             dynamic=True,
             payload=data,
             metadata=validate_payload(metadata, what="metadata"),

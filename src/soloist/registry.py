@@ -15,7 +15,7 @@ from typing import Any
 
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError, DuplicateJobError, UnknownTaskError
-from soloist.models import CatchUp, JobRecord, JSONDict, Overlap
+from soloist.models import DEFAULT_MAX_CRASHES, CatchUp, JobRecord, JSONDict, Overlap
 from soloist.retry import RetryPolicy
 from soloist.schedules import Schedule, schedule_from_dict
 
@@ -25,12 +25,14 @@ ScopeProvider = Callable[[datetime], Iterable[str] | Awaitable[Iterable[str]]]
 
 @dataclass(frozen=True)
 class TaskDef:
-    """A named handler with its retry and timeout policy."""
+    """A named handler with its retry, timeout and crash policy."""
 
     name: str
     fn: Handler
     retry: RetryPolicy
     timeout: timedelta | None
+    #: Lease expiries (crashes) an occurrence survives; they spend no retry.
+    max_crashes: int = DEFAULT_MAX_CRASHES
 
     @property
     def is_async(self) -> bool:
@@ -55,15 +57,29 @@ class JobPolicy:
     overlap: Overlap = Overlap.SKIP
 
     @classmethod
-    def build(cls, catch_up: object, catch_up_window: object, overlap: object) -> JobPolicy:
+    def build(cls, catch_up: object, catch_up_window: object, overlap: object = None) -> JobPolicy:
+        """Check the policies. ``overlap=None`` is the default: ``skip``, except with
+        ``catch_up="all"``, whose kept instants must all run: ``queue``. The contradiction
+        ``catch_up="all"`` with ``overlap="skip"`` is refused."""
+        kept = _enum(CatchUp, catch_up, "catch_up")
+        if overlap is None:
+            chosen = Overlap.QUEUE if kept is CatchUp.ALL else Overlap.SKIP
+        else:
+            chosen = _enum(Overlap, overlap, "overlap")
+        if kept is CatchUp.ALL and chosen is Overlap.SKIP:
+            raise ConfigError(
+                "invalid overlap 'skip' with catch_up='all': the missed instants it keeps "
+                "would skip one another; use overlap='queue' (the default with "
+                "catch_up='all': they run one after the other, in order) or 'allow'"
+            )
         return cls(
-            catch_up=_enum(CatchUp, catch_up, "catch_up"),
+            catch_up=kept,
             catch_up_window=(
                 None
                 if catch_up_window is None
                 else parse_duration(catch_up_window, what="catch_up_window")
             ),
-            overlap=_enum(Overlap, overlap, "overlap"),
+            overlap=chosen,
         )
 
     def to_dict(self) -> JSONDict:
@@ -76,11 +92,11 @@ class JobPolicy:
 
     @classmethod
     def from_dict(cls, data: JSONDict) -> JobPolicy:
-        return cls.build(
-            data.get("catch_up", CatchUp.LATEST.value),
-            data.get("catch_up_window_s"),
-            data.get("overlap", Overlap.SKIP.value),
-        )
+        catch_up = data.get("catch_up", CatchUp.LATEST.value)
+        overlap = data.get("overlap")
+        if catch_up == CatchUp.ALL.value and overlap == Overlap.SKIP.value:
+            overlap = None  # stored before the combination was refused: run them all
+        return cls.build(catch_up, data.get("catch_up_window_s"), overlap)
 
 
 @dataclass(frozen=True)
@@ -99,13 +115,16 @@ class JobDef:
     scopes: ScopeProvider | None = None
     dynamic: bool = False
 
-    def stored_schedule(self, max_attempts: int) -> JSONDict:
+    def stored_schedule(
+        self, max_attempts: int, max_crashes: int = DEFAULT_MAX_CRASHES
+    ) -> JSONDict:
         """The JSON stored in the job record: the schedule, the policies, and the attempts
-        its task allows (so that a process without the code, such as the CLI, can trigger
-        it)."""
+        and crashes its task allows (so that a process without the code, such as the CLI,
+        can trigger it)."""
         return {
             "schedule": self.schedule.to_dict(),
             "max_attempts": max_attempts,
+            "max_crashes": max_crashes,
             **self.policy.to_dict(),
         }
 
@@ -146,7 +165,9 @@ class Registry:
             JobRecord(
                 name=job.name,
                 task=job.task,
-                schedule=job.stored_schedule(self.tasks[job.task].retry.max_attempts),
+                schedule=job.stored_schedule(
+                    self.tasks[job.task].retry.max_attempts, self.tasks[job.task].max_crashes
+                ),
                 payload=job.payload,
             )
             for job in self.jobs.values()
@@ -194,15 +215,19 @@ def build_task(
     backoff_base: object,
     backoff_cap: object,
     timeout: object,
+    max_crashes: object = DEFAULT_MAX_CRASHES,
 ) -> TaskDef:
     if not callable(fn):
         raise ConfigError(f"invalid handler {fn!r}: expected a function")
     task_name = check_name(name if name is not None else getattr(fn, "__name__", None), "name")
+    if isinstance(max_crashes, bool) or not isinstance(max_crashes, int) or max_crashes < 0:
+        raise ConfigError(f"invalid max_crashes {max_crashes!r}: expected an integer >= 0")
     return TaskDef(
         name=task_name,
         fn=fn,
         retry=RetryPolicy.build(retries, backoff, backoff_base, backoff_cap),
         timeout=None if timeout is None else parse_duration(timeout, what="timeout"),
+        max_crashes=max_crashes,
     )
 
 

@@ -23,7 +23,7 @@ from soloist.clock import Clock, SystemClock
 from soloist.config import MODES, Config
 from soloist.errors import ConfigError, SoloistError
 from soloist.metrics import Metrics
-from soloist.models import Attempt, JobRecord, Occurrence, State
+from soloist.models import DEFAULT_MAX_CRASHES, Attempt, JobRecord, Occurrence, State
 from soloist.operations import Operations, mask_url
 from soloist.registry import (
     Handler,
@@ -124,10 +124,15 @@ class Scheduler:
         timeout: object = None,
         catch_up: str = "latest",
         catch_up_window: object = None,
-        overlap: str = "skip",
+        overlap: str | None = None,
         scopes: ScopeProvider | None = None,
+        max_crashes: int = DEFAULT_MAX_CRASHES,
     ) -> Callable[[F], F]:
-        """Decorate ``fn(ctx)`` to run on ``schedule`` once per planned instant (and scope)."""
+        """Decorate ``fn(ctx)`` to run on ``schedule`` once per planned instant (and scope).
+
+        ``overlap`` defaults to ``"skip"``, or to ``"queue"`` with ``catch_up="all"``.
+        ``max_crashes``: how many lease expiries (the runner killed, frozen or cut off) an
+        occurrence survives; each one runs it again without spending a retry."""
         if not isinstance(schedule, Schedule):
             raise ConfigError(
                 f"invalid schedule {schedule!r}: expected cron(...), every(...) or at(...)"
@@ -143,7 +148,9 @@ class Scheduler:
             raise ConfigError(f"invalid scopes {scopes!r}: expected a function of now")
 
         def decorate(fn: F) -> F:
-            task = build_task(fn, name, retries, backoff, backoff_base, backoff_cap, timeout)
+            task = build_task(
+                fn, name, retries, backoff, backoff_base, backoff_cap, timeout, max_crashes
+            )
             job = JobDef(task.name, task.name, schedule, policy, {}, scopes)
             self.registry.add_job(job, self._wrapped(task))
             return fn
@@ -164,6 +171,7 @@ class Scheduler:
         backoff_base: object = "1s",
         backoff_cap: object = "10m",
         timeout: object = None,
+        max_crashes: int = DEFAULT_MAX_CRASHES,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -177,13 +185,26 @@ class Scheduler:
         backoff_base: object = "1s",
         backoff_cap: object = "10m",
         timeout: object = None,
+        max_crashes: int = DEFAULT_MAX_CRASHES,
     ) -> F | Callable[[F], F]:
-        """Decorate ``fn(ctx, **payload)`` as a task that ``enqueue`` can queue."""
+        """Decorate ``fn(ctx, **payload)`` as a task that ``enqueue`` can queue.
+
+        ``max_crashes``: how many lease expiries (the runner killed, frozen or cut off) a
+        queued run survives; each one runs it again without spending a retry."""
 
         def decorate(handler: F) -> F:
             self.registry.add_task(
                 self._wrapped(
-                    build_task(handler, name, retries, backoff, backoff_base, backoff_cap, timeout)
+                    build_task(
+                        handler,
+                        name,
+                        retries,
+                        backoff,
+                        backoff_base,
+                        backoff_cap,
+                        timeout,
+                        max_crashes,
+                    )
                 )
             )
             return handler
@@ -591,7 +612,7 @@ class Schedules:
         end: object = None,
         max_runs: int | None = None,
         metadata: dict[str, Any] | None = None,
-        overlap: str = "skip",
+        overlap: str | None = None,
         catch_up: str = "latest",
         catch_up_window: object = None,
     ) -> JobRecord:

@@ -172,7 +172,14 @@ async def test_a_fenced_outcome_in_a_batch_is_reported_for_its_run_only(
     gate.set()  # a's three runs finish together: one batch with a stale member
     await settle(a)
     assert [sorted(ids) for ids in store.completes("a")] == [sorted([stale, *fresh])]
-    assert a.executor.counts == {"succeeded": 2, "failed": 0, "dead": 0, "fenced": 1}
+    assert a.executor.counts == {
+        "succeeded": 2,
+        "failed": 0,
+        "dead": 0,
+        "fenced": 1,
+        "lease_lost": 0,
+        "unrecorded": 0,
+    }
     fenced = [r for r in caplog.records if getattr(r, "action", None) == "fenced"]
     assert [r.execution_id for r in fenced] == [stale]  # type: ignore[attr-defined]
     succeeded = {

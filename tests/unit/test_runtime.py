@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from soloist import PayloadError, Scheduler, every
 from soloist.models import State
+from soloist.registry import local_name
 from soloist.runtime import Runtime
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
@@ -388,6 +390,35 @@ async def test_local_mode_runs_every_job_in_every_instance(
     for runtime in runtimes:
         await runtime.executor.tick()
         await settle(runtime)
-    rows = await store.occurrence_list(job="tick", limit=100)
+    rows = await store.occurrence_list(limit=100)
     ran = sorted((o.plan_time.second, o.instance_id) for o in rows if o.state is State.SUCCEEDED)
     assert ran == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
+    assert {o.job for o in rows} == {local_name("tick", "a"), local_name("tick", "b")}
+
+
+async def test_local_mode_private_copies_do_not_skip_each_other(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """mode='local' with the default overlap='skip': one instance's running copy of an
+    instant does not make another instance's copy skip."""
+    gate = threading.Event()
+    runtimes = []
+    for iid in ("a", "b"):
+        app = make_app(clock, store, iid, mode="local")
+        app.job(every("1s"), name="tick")(lambda ctx: gate.wait(5))
+        runtimes.append(await started(app))
+    for runtime in runtimes:
+        await runtime.planner.tick()
+    clock.advance(1)
+    for runtime in runtimes:
+        await runtime.planner.tick()
+        await runtime.executor.tick()  # a's copy is still running when b claims its own
+    gate.set()
+    for runtime in runtimes:
+        await settle(runtime)
+    rows = await store.occurrence_list(limit=100)
+    copies = sorted((o.job, o.state.value) for o in rows if o.plan_time.second == 1)
+    assert copies == [
+        (local_name("tick", "a"), "succeeded"),
+        (local_name("tick", "b"), "succeeded"),
+    ]

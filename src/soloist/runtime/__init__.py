@@ -72,6 +72,7 @@ class Runtime:
             poll_interval=config.poll_interval,
             claimable=self.claimable_tasks,
             on_notified=lambda: self.planner.wake(),
+            call_timeout=config.heartbeat,
         )
         self.planner = Planner(
             clock,

@@ -29,19 +29,31 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from soloist.clock import Clock, monotonic
+from soloist.clock import Clock
 from soloist.context import JobContext
 from soloist.errors import LeaseLostError, StoreError
 from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
 from soloist.payload import summarise_result
 from soloist.registry import Registry, TaskDef
-from soloist.runtime.completer import Completer
+from soloist.runtime.completer import MIN_CALL_TIMEOUT, Completer
 from soloist.runtime.pool import DaemonThreadPool
 from soloist.runtime.service import Service, log
 from soloist.stores.base import Store
 
 #: How soon to look again when due work exists that could not be claimed (overlap=queue).
 BLOCKED_RECHECK = 0.2
+
+
+def lease_margin(ttl: float) -> float:
+    """How long before the store could expire a lease this runner stops trusting it: a
+    tenth of the TTL, at least a quarter of it up to one second (1 s for the default 10 s).
+
+    The store expires a lease ``ttl`` after it *processed* the last renewal; the runner
+    counts from when it *sent* it, which is earlier, and gives up ``margin`` sooner still,
+    so that an async handler is cancelled (and ``ctx.lease_lost`` is true) before any
+    instance can reap the occurrence, even with a busy event loop."""
+    return max(ttl * 0.1, min(1.0, ttl * 0.25))
+
 
 INFO = logging.INFO
 
@@ -80,6 +92,7 @@ class Executor(Service):
         poll_interval: timedelta,
         claimable: Callable[[], list[str]] | None = None,
         on_notified: Callable[[], None] = lambda: None,
+        call_timeout: timedelta | None = None,
     ) -> None:
         super().__init__(clock, instance_id)
         self.store = store
@@ -92,12 +105,22 @@ class Executor(Service):
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
         self._ttl = lease_ttl.total_seconds()
+        #: A runner trusts its lease until ``renewal sent + ttl - margin``.
+        self.lease_margin = lease_margin(self._ttl)
+        #: The longest wait for one store call on the lease path (renewal, outcome): a hung
+        #: connection must not hold the heartbeat or an outcome past the lease.
+        self.call_timeout = (call_timeout or lease_ttl / 3).total_seconds()
         self.poll_interval = poll_interval.total_seconds()
         self.active: dict[str, Run] = {}
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker")
-        self.completer = Completer(store, instance_id)
-        self.counts = {state: 0 for state in ("succeeded", "failed", "dead", "fenced")}
+        self.completer = Completer(
+            store, instance_id, monotonic=clock.monotonic, call_timeout=self.call_timeout
+        )
+        self.counts = {
+            state: 0
+            for state in ("succeeded", "failed", "dead", "fenced", "lease_lost", "unrecorded")
+        }
         #: Runs whose handler is done and whose outcome is being written: they keep their
         #: lease until the write, but no longer use a slot (see :meth:`free_slots`).
         self.recording = 0
@@ -114,10 +137,10 @@ class Executor(Service):
         tasks = self.claimable()
         if free <= 0 or not tasks:
             return self.poll_interval  # a finishing run wakes us
+        sent = self.clock.monotonic()  # the store's lease runs from no earlier than this
         claimed = await self.store.occurrence_claim(self.instance_id, tasks, free, self.lease_ttl)
-        started = monotonic()
         for occ in claimed:
-            self._start(occ, started)
+            self._start(occ, sent)
         if len(claimed) == free:
             return 0.0
         self._starved = True
@@ -175,7 +198,7 @@ class Executor(Service):
             return await self.renew([occ.id])
 
         ctx = JobContext.for_occurrence(occ, self.instance_id, log, renew, loop)
-        run = Run(occ, ctx, started + self._ttl, started=started)
+        run = Run(occ, ctx, started + self._ttl - self.lease_margin, started=started)
         self.active[occ.id] = run
         task = run.task = loop.create_task(self._run(run), name=f"soloist-run-{occ.id}")
         task.add_done_callback(functools.partial(self._finished, occ.id))
@@ -260,33 +283,46 @@ class Executor(Service):
         result: Any,
     ) -> None:
         occ, ctx = run.occ, run.ctx
-        duration = monotonic() - run.started
+        elapsed = self.clock.monotonic() - run.started
+        duration = elapsed
+        if code is ErrorCode.LEASE_LOST:
+            self._lease_lost(run, message)
+            return
         if code is None:
             outcome = Outcome(
                 occ.id, occ.fencing_token, State.SUCCEEDED, result=summarise_result(result)
             )
-        elif occ.attempt < occ.max_attempts and code is not ErrorCode.LEASE_LOST:
-            retry_at = await self.store.now() + task.retry.delay(occ.attempt)
+        elif occ.attempt < occ.max_attempts:
+            # The store's time now, without asking it: its time at the claim plus the time
+            # elapsed since on this instance's monotonic clock (no local wall clock).
+            store_now = (occ.started_at or occ.due_at) + timedelta(seconds=elapsed)
+            retry_at = store_now + task.retry.delay(occ.attempt)
             outcome = Outcome(
                 occ.id, occ.fencing_token, State.FAILED, code.value, message, retry_at=retry_at
             )
         else:
             outcome = Outcome(occ.id, occ.fencing_token, State.DEAD, code.value, message)
         if run.released:
-            return  # the grace period ended while the retry time was read
+            return
         # No await between the check above and the hand-over: drain() sees either a
-        # released run or a recorded one.
+        # released run or a recorded one. The lease is renewed until the write is done.
         run.recorded = True
         self.recording += 1
         self.wake()  # its slot is free
         try:
-            applied = await self.completer.complete(outcome)
+            applied = await self.completer.complete(outcome, lambda: run.lease_deadline)
         except Exception as exc:
-            if self.metrics is not None and isinstance(exc, StoreError):
-                self.metrics.store_error("occurrence_complete")
-            ctx.logger.warning(
-                "could not record the outcome of %s (plan %s): %s; its lease will expire "
-                "and the reaper will retry it",
+            self.counts["unrecorded"] += 1
+            if self.metrics is not None:
+                self.metrics.run_finished(occ.job, "unrecorded", duration)
+                cause = exc.__cause__ if exc.__cause__ is not None else exc
+                if isinstance(cause, (StoreError, TimeoutError)):
+                    self.metrics.store_error("occurrence_complete")
+            ctx.logger.error(
+                "could not record the outcome (%s) of %s (plan %s) before its lease ran "
+                "out: %s; the lease expires and the occurrence runs again (a crash, not a "
+                "failure)",
+                outcome.state.value,
                 occ.job,
                 occ.plan_time.isoformat(),
                 exc,
@@ -332,24 +368,63 @@ class Executor(Service):
             },
         )
 
+    def _lease_lost(self, run: Run, message: str | None) -> None:
+        """The run ended because its lease was lost: write nothing. Either another
+        instance has reaped the occurrence already, or it will once the lease expires on
+        the store's clock; then it runs again, as after a crash (no retry is spent)."""
+        self.counts["lease_lost"] += 1
+        if self.metrics is not None:
+            self.metrics.run_finished(
+                run.occ.job, "lease_lost", self.clock.monotonic() - run.started
+            )
+        run.ctx.logger.warning(
+            "%s (plan %s) stopped: %s; nothing recorded, the occurrence is reaped when its "
+            "lease expires and runs again",
+            run.occ.job,
+            run.occ.plan_time.isoformat(),
+            message,
+            extra={"action": "lease_lost", "error_code": ErrorCode.LEASE_LOST.value},
+        )
+
     async def renew(self, ids: list[str]) -> bool:
         """Renew the leases of ``ids`` now; mark lost ones. True if all were renewed.
 
-        Runs whose outcome is being written are left out: that write ends the lease (a
-        renewal racing it would find the row finished and take the lease for lost)."""
-        runs = [r for r in map(self.active.get, ids) if r is not None and not r.recorded]
+        The store call has a deadline: the call timeout, and no later than the earliest
+        lease deadline among them. A renewal extends the local deadline from when it was
+        *sent*. Runs whose outcome is being written are renewed too (their write may have
+        to be retried), but a renewal that finds their row finished means nothing: the
+        fenced write says whether it applied. Runs already lost are left out."""
+        runs = [r for r in map(self.active.get, ids) if r is not None and not r.ctx.lease_lost]
         if not runs:
             return False
-        renewed = await self.store.lease_renew(
-            self.instance_id, [r.claim for r in runs], self.lease_ttl
+        sent = self.clock.monotonic()
+        left = min(r.lease_deadline for r in runs) - sent
+        renewed = await asyncio.wait_for(
+            self.store.lease_renew(self.instance_id, [r.claim for r in runs], self.lease_ttl),
+            max(MIN_CALL_TIMEOUT, min(self.call_timeout, left)),
         )
-        deadline = monotonic() + self.lease_ttl.total_seconds()
+        deadline = sent + self._ttl - self.lease_margin
         for run in runs:
             if run.occ.id in renewed:
-                run.lease_deadline = deadline
-            else:
+                run.lease_deadline = max(run.lease_deadline, deadline)
+            elif not run.recorded:
                 self.lose(run)
         return len(renewed) == len(runs)
+
+    def check_leases(self) -> float | None:
+        """Act on every run whose local lease deadline has passed (:meth:`lose`); return the
+        earliest deadline still ahead (monotonic), or None. Runs whose outcome is being
+        written are left to the completer, which gives up at the same deadline."""
+        now = self.clock.monotonic()
+        earliest: float | None = None
+        for run in list(self.active.values()):
+            if run.recorded or run.ctx.lease_lost:
+                continue
+            if now >= run.lease_deadline:
+                self.lose(run)
+            elif earliest is None or run.lease_deadline < earliest:
+                earliest = run.lease_deadline
+        return earliest
 
     def lose(self, run: Run) -> None:
         """The lease of ``run`` is gone: tell the handler, cancel it if it is async. (Not
@@ -358,9 +433,12 @@ class Executor(Service):
             return
         run.ctx.lease_lost = True
         run.ctx.logger.warning(
-            "lost the lease of %s (plan %s)",
+            "lost the lease of %s (plan %s)%s",
             run.occ.job,
             run.occ.plan_time.isoformat(),
+            "; cancelling the handler"
+            if self.registry.task(run.occ.task).is_async
+            else "; a sync handler cannot be stopped: its result will be written fenced",
             extra={"action": "lease_lost"},
         )
         if run.task is not None and self.registry.task(run.occ.task).is_async:
@@ -384,7 +462,7 @@ class Executor(Service):
                 sleeper.cancel()
         # Runs whose outcome is queued finish by themselves: write those outcomes first,
         # and release only the rest (marked released first, so none records meanwhile).
-        leftovers = [run for run in self.active.values() if not run.recorded]
+        leftovers = [r for r in self.active.values() if not r.recorded and not r.ctx.lease_lost]
         for run in leftovers:
             run.released = True
             if run.task is not None and self.registry.task(run.occ.task).is_async:

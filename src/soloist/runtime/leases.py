@@ -1,14 +1,20 @@
 """Lease upkeep: the heartbeater renews this instance's leases, the reaper frees dead ones.
 
 The heartbeater renews every running occurrence of this instance in one store call each
-``heartbeat`` (a fraction of the lease TTL). If the store cannot be reached, renewals fail;
-once a run's lease has gone unrenewed for a whole TTL this instance stops trusting it
-(another instance may have reaped it): the handler is told (``ctx.lease_lost``; async
-handlers are cancelled) and its result will be fenced out.
+``heartbeat`` (a fraction of the lease TTL). Each renewal has a deadline (no later than the
+earliest lease deadline), and a renewal extends a lease from when it was *sent*. A failed
+renewal is logged and tried again at the next beat: the heartbeater never backs off longer
+than its interval. Once a run's lease has gone unrenewed until ``sent + ttl - margin``
+(see :func:`~soloist.runtime.executor.lease_margin`) this instance stops trusting it: the
+handler is told (``ctx.lease_lost``; async handlers are cancelled) and nothing is written,
+so the occurrence runs again once reaped. The heartbeater wakes at that deadline, not at
+its next beat, so this happens before the store can expire the lease.
 
 The reaper runs on every instance: it turns ``running`` occurrences whose lease expired
-(their runner died, or froze) into retries or ``dead`` with ``lease_expired``. Reaping is
-one atomic store statement, so all instances may reap at once.
+(their runner died, froze, or lost the store) back into claimable ones: a crash is not a
+failure, it spends no retry, but each occurrence survives at most ``max_crashes`` of them
+(then it is ``dead`` with ``crash_loop``). Reaping is one atomic store statement, so all
+instances may reap at once.
 """
 
 from __future__ import annotations
@@ -17,10 +23,15 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from soloist.clock import Clock, monotonic
+from soloist.clock import Clock
+from soloist.errors import StoreError
+from soloist.models import State
 from soloist.runtime.executor import Executor
 from soloist.runtime.service import Service
 from soloist.stores.base import Store
+
+#: The shortest sleep of the heartbeater (a deadline just ahead is not worth less).
+MIN_WAKE = 0.01
 
 
 class Heartbeater(Service):
@@ -32,18 +43,37 @@ class Heartbeater(Service):
         super().__init__(clock, instance_id)
         self.executor = executor
         self.interval = interval.total_seconds()
+        self.failures = 0
 
     async def tick(self) -> float:
-        runs = list(self.executor.active.values())
-        if runs:
+        executor = self.executor
+        executor.check_leases()  # first: a wake-up at a deadline acts at that deadline
+        ids = list(executor.active)
+        if ids:
             try:
-                await self.executor.renew([r.occ.id for r in runs])
-            finally:
-                now = monotonic()
-                for run in runs:
-                    if now >= run.lease_deadline:
-                        self.executor.lose(run)
-        return self.interval
+                await executor.renew(ids)
+                self.failures = 0
+            except Exception as exc:  # retried at the next beat, never later
+                self._failed(exc)
+        earliest = executor.check_leases()
+        if earliest is None:
+            return self.interval
+        until = earliest - self.clock.monotonic()
+        return max(MIN_WAKE, min(self.interval, until))
+
+    def _failed(self, exc: Exception) -> None:
+        self.failures += 1
+        if self.metrics is not None and isinstance(exc, (StoreError, TimeoutError)):
+            self.metrics.store_error("lease_renew")
+        self.log(
+            logging.WARNING if self.failures <= 3 else logging.DEBUG,
+            "renewing %d lease(s) failed (%s: %s); trying again within %.1fs",
+            len(self.executor.active),
+            type(exc).__name__,
+            exc,
+            self.interval,
+            action="renew_failed",
+        )
 
 
 class Reaper(Service):
@@ -69,14 +99,17 @@ class Reaper(Service):
             self.reaped_total += 1
             if self.metrics is not None:
                 self.metrics.lease_stolen(occ.job)
+            dead = occ.state is State.DEAD
             self.log(
-                logging.WARNING,
-                "lease of %s (plan %s, attempt %d) held by %s expired: %s",
+                logging.ERROR if dead else logging.WARNING,
+                "lease of %s (plan %s, attempt %d) held by %s expired (crash %d of %d allowed): %s",
                 occ.job,
                 occ.plan_time.isoformat(),
-                occ.attempt,
+                max(occ.attempt, 1) if dead else occ.attempt + 1,
                 occ.instance_id,
-                "will retry" if occ.state.value == "failed" else "dead",
+                occ.crashes,
+                occ.max_crashes,
+                "dead (crash_loop): its runner keeps dying" if dead else "runs again",
                 action="lease_expired",
                 job=occ.job,
                 scope=occ.scope,

@@ -11,6 +11,23 @@ dedupe key ``(job, scope, plan_time)``.
 The planner never sleeps in fixed ticks: it wakes just before the earliest next plan time
 of all streams, or after ``refresh`` at the latest (to see dynamic schedules, pauses and
 new scopes that other instances wrote).
+
+**Time is the store's.** A tick reads the store's clock once (database ``now()``, Redis
+``TIME``) and plans against it; the sleep until the next plan time is that store time's
+distance, minus the time elapsed since the read on the monotonic clock. The local wall
+clock is never read, so an instance whose clock is off by minutes plans the same instants,
+on time, and never spins.
+
+**Catch-up after a long outage** starts its walk at ``max(cursor, now -
+catch_up_window)``. ``skip`` and ``latest`` need only the newest missed instant: the
+walk jumps close to it (probing backwards from the grace limit in doubling steps), so a
+cursor hours or months old costs a few dozen schedule steps, and ``latest`` runs the
+newest missed instant, not the oldest one a bounded walk could reach.
+
+**Overlap and catch-up.** The instants ``catch_up="all"`` keeps must all run, in order:
+such a job's occurrences are planned with ``overlap="queue"`` (its default) so that they
+wait for one another instead of skipping each other; ``overlap="skip"`` is refused with
+``catch_up="all"`` when the job is defined.
 """
 
 from __future__ import annotations
@@ -24,6 +41,7 @@ from soloist.clock import Clock, to_epoch_us
 from soloist.models import CatchUp, JobRecord, Kind, NewOccurrence
 from soloist.registry import JobDef, Registry, local_name
 from soloist.runtime.service import Service
+from soloist.schedules import Schedule
 from soloist.stores.base import Store
 
 #: Give up walking a dense schedule after this many instants in one tick (catch-up skip and
@@ -72,6 +90,7 @@ class Planner(Service):
         if not self.active():
             self.log(logging.DEBUG, "not the leader: skipping planning", action="skip_planning")
             return self.refresh.total_seconds()  # winning the election wakes us
+        read_at = self.clock.monotonic()
         now = await self.store.now()
         records = {r.name: r for r in await self.store.job_list()}
         jobs = list(self.registry.jobs.values()) + self._dynamic_jobs(records)
@@ -83,7 +102,9 @@ class Planner(Service):
                 upcoming = await self.plan_stream(job, scope, now, paused, record)
                 if upcoming is not None:
                     next_wake = min(next_wake, upcoming - self.lookahead)
-        return max(0.0, (next_wake - self.clock.now()).total_seconds())
+        # Only the store's clock: its time at the read, plus what elapsed since, locally.
+        elapsed = self.clock.monotonic() - read_at
+        return max(0.0, (next_wake - now).total_seconds() - elapsed)
 
     def _dynamic_jobs(self, records: dict[str, JobRecord]) -> list[JobDef]:
         jobs = []
@@ -153,7 +174,13 @@ class Planner(Service):
         kept: list[datetime] = []
         latest_missed: datetime | None = None
         last_walked: datetime | None = None
-        t = base
+        start = base
+        if window is not None and start < now - window - _TICK:
+            # Instants older than the window are not kept anyway (next_after is strict).
+            start = now - window - _TICK
+        if job.policy.catch_up is not CatchUp.ALL and start < missed_before:
+            start = newest_walk_start(job.schedule, start, missed_before)
+        t = start
         for _ in range(MAX_WALK):
             nxt = job.schedule.next_after(t)
             if nxt is None or nxt > horizon:
@@ -211,12 +238,15 @@ class Planner(Service):
         return job.schedule.next_after(t)
 
     def _occurrence(self, job: JobDef, scope: str, plan_time: datetime) -> NewOccurrence:
+        """The occurrence of ``job`` at ``plan_time``. In local mode its job, task and key
+        are this instance's own, so that each instance's private copy is a stream of its
+        own (overlap rules do not let one instance's copy skip another's)."""
         key = occurrence_key(job.name, scope, plan_time)
         task = self.registry.task(job.task)
         owner = self.local_owner
         return NewOccurrence(
             dedupe_key=key if owner is None else local_name(key, owner),
-            job=job.name,
+            job=job.name if owner is None else local_name(job.name, owner),
             task=job.task if owner is None else local_name(job.task, owner),
             scope=scope,
             plan_time=plan_time,
@@ -225,4 +255,27 @@ class Planner(Service):
             max_attempts=task.retry.max_attempts,
             overlap=job.policy.overlap,
             payload=job.payload,
+            max_crashes=task.max_crashes,
         )
+
+
+#: The smallest step of time (schedules work in microseconds).
+_TICK = timedelta(microseconds=1)
+#: First step back when looking for the newest missed instant; doubles each probe.
+_PROBE_STEP = timedelta(seconds=1)
+
+
+def newest_walk_start(schedule: Schedule, start: datetime, before: datetime) -> datetime:
+    """A point at or after ``start`` from which walking ``schedule`` forward still meets its
+    newest instant before ``before`` (if it has one after ``start``), found by probing
+    backwards from ``before`` in doubling steps: O(log(gap)) schedule steps instead of a
+    walk over every instant since ``start``."""
+    step = _PROBE_STEP
+    while True:
+        probe = before - step
+        if probe <= start:
+            return start
+        nxt = schedule.next_after(probe)
+        if nxt is not None and nxt < before:
+            return probe
+        step *= 2

@@ -152,10 +152,19 @@ class Store(Protocol):
         ...
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
-        """Expired leases: every ``running`` row with lease_expires_at <= now becomes
-        ``failed`` (retry due now) if attempt < max_attempts, else ``dead``; error_code
-        ``lease_expired``, lease cleared, finished_at = now when dead. Returns the reaped
-        rows as updated. Safe to run on every instance at once."""
+        """Expired leases: every ``running`` row with lease_expires_at <= now was left by a
+        runner that died, froze or lost the store. A crash is not a failure of the handler:
+        it spends no attempt, but counts against ``max_crashes``.
+
+        * If ``crashes < max_crashes``: crashes + 1, attempt - 1 (the attempt is not
+          spent), state ``scheduled`` if the attempt was the first, else ``failed``;
+          due_at unchanged (so a backlog keeps its order), lease cleared, error_code
+          ``lease_expired``; claimable again at once. Attempt record: ``crashed``.
+        * Else: crashes + 1, ``dead`` with error_code ``crash_loop``, finished_at = now.
+          Attempt record: ``dead``.
+
+        The error message names the runner and the crash count. Returns the reaped rows as
+        updated, by plan_time. Safe to run on every instance at once."""
         ...
 
     async def occurrence_next_due(
