@@ -422,3 +422,38 @@ async def test_local_mode_private_copies_do_not_skip_each_other(
         (local_name("tick", "a"), "succeeded"),
         (local_name("tick", "b"), "succeeded"),
     ]
+
+
+async def test_leader_mode_the_leader_plans_dynamic_schedules_and_any_instance_runs_them(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """mode='leader': only the leader plans a dynamic schedule; its occurrences run a
+    queued task, so a follower claims and runs them as it does queued tasks (while the
+    code-defined job runs on the leader only)."""
+    runtimes = []
+    for iid in ("a", "b"):
+        app = make_app(clock, store, iid, mode="leader")
+        app.task(name="report")(lambda ctx: ctx.instance_id)
+        app.job(every("1s"), name="tick")(lambda ctx: ctx.instance_id)
+        runtimes.append((app, await started(app)))
+    (app_a, a), (_, b) = runtimes
+    await a.elector.tick()
+    await b.elector.tick()
+    assert a.elector.is_leader and not b.elector.is_leader
+    await app_a.schedules.aadd("report-1", task="report", schedule=every("1s"))
+    await b.planner.tick()
+    assert await store.occurrence_list(limit=10) == []  # a follower plans nothing
+    await a.planner.tick()
+    clock.advance(1)
+    await b.executor.tick()  # the follower claims the dynamic schedule's occurrence only
+    await settle(b)
+    rows = await store.occurrence_list(limit=10)
+    ran = {(o.job, o.instance_id) for o in rows if o.state is State.SUCCEEDED}
+    assert ran == {("report-1", "b")}
+    await a.executor.tick()
+    await settle(a)
+    rows = await store.occurrence_list(limit=10)
+    assert {(o.job, o.instance_id) for o in rows if o.state is State.SUCCEEDED} == {
+        ("report-1", "b"),
+        ("tick", "a"),
+    }
