@@ -227,7 +227,8 @@ async def test_a_lost_lease_cancels_the_async_handler_before_the_store_can_reap_
         clock.advance(step)
         delays.append(await runtime.heartbeater.tick())
     assert "lost_when_cancelled" not in seen
-    assert delays[0] == pytest.approx(3) and delays[-1] == pytest.approx(0.5)  # wakes at 8 s
+    assert delays[0] == pytest.approx(0.1)  # a failed renewal is tried again soon
+    assert max(delays) <= 3 and delays[-1] <= 0.5  # and the deadline (8 s) is not overslept
     clock.advance(0.5)  # t = 8: the local deadline (9 s TTL - 1 s margin)
     await runtime.heartbeater.tick()
     await settle(runtime)

@@ -195,7 +195,13 @@ class Executor(Service):
         loop = asyncio.get_running_loop()
 
         async def renew() -> bool:
-            return await self.renew([occ.id])
+            # ctx.heartbeat(): a store that does not answer right now is not a lost lease;
+            # only the lease deadline is (the handler is not made to fail by a blip).
+            try:
+                return await self.renew([occ.id])
+            except Exception:
+                self.check_leases()
+                return not ctx.lease_lost
 
         ctx = JobContext.for_occurrence(occ, self.instance_id, log, renew, loop)
         run = Run(occ, ctx, started + self._ttl - self.lease_margin, started=started)

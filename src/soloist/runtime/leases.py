@@ -32,6 +32,8 @@ from soloist.stores.base import Store
 
 #: The shortest sleep of the heartbeater (a deadline just ahead is not worth less).
 MIN_WAKE = 0.01
+#: The first pause after a failed renewal; it doubles up to the heartbeat interval.
+FIRST_RETRY = 0.1
 
 
 class Heartbeater(Service):
@@ -49,17 +51,21 @@ class Heartbeater(Service):
         executor = self.executor
         executor.check_leases()  # first: a wake-up at a deadline acts at that deadline
         ids = list(executor.active)
+        wait = self.interval
         if ids:
             try:
                 await executor.renew(ids)
                 self.failures = 0
-            except Exception as exc:  # retried at the next beat, never later
+            except Exception as exc:
+                # A broken connection is usually replaced at once: try again soon, and
+                # never later than the next beat.
                 self._failed(exc)
+                wait = min(wait, FIRST_RETRY * 2 ** (self.failures - 1))
         earliest = executor.check_leases()
         if earliest is None:
-            return self.interval
+            return wait
         until = earliest - self.clock.monotonic()
-        return max(MIN_WAKE, min(self.interval, until))
+        return max(MIN_WAKE, min(wait, until))
 
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
