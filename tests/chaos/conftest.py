@@ -1,0 +1,152 @@
+"""Fixtures of the chaos tier: stores of the test's own, libfaketime, the quick/long split.
+
+``make test`` (plain ``pytest``) runs the scenarios marked ``quick``: one fast scenario per
+fault family. ``make chaos`` (``SOLOIST_CHAOS=long pytest -m chaos tests/chaos``) runs
+every scenario on every store where its fault applies, with more work each
+(``SOLOIST_CHAOS=all``: every scenario at the quick sizes). Scenarios left
+out of the quick run are *deselected*, not skipped, so a skip still means something is
+missing (and with ``CI=true`` a missing server or libfaketime fails instead).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from glob import glob
+from pathlib import Path
+
+import pytest
+
+from .harness import EVERY_SCENARIO, REPORT, ChaosCluster
+from .servers import PostgresServer, RedisServer, Unavailable
+
+#: Where Debian (package libfaketime) and other systems put the preload library.
+LIBFAKETIME_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/*/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/lib64/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+    "/opt/homebrew/lib/faketime/libfaketime.1.dylib",
+)
+
+
+def missing(reason: str) -> None:
+    """Skip, or fail with ``CI=true``: a skip in CI is a defect."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Unless ``SOLOIST_CHAOS`` is ``all`` or ``long``, deselect the chaos scenarios not
+    marked ``quick``."""
+    if EVERY_SCENARIO:
+        return
+    keep, drop = [], []
+    for item in items:
+        is_long = item.get_closest_marker("chaos") and not item.get_closest_marker("quick")
+        (drop if is_long else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The figures of every chaos scenario run, as a table."""
+    if not REPORT:
+        return
+    terminalreporter.section("chaos figures")
+    columns = {
+        "tasks_lost": "tasks lost",
+        "outcomes_lost": "outcomes lost",
+        "instants_missing": "inst. missing",
+        "instants_doubled": "inst. doubled",
+        "completions_doubled": "compl. doubled",
+        "faults": "faults",
+        "seconds": "seconds",
+    }
+    width = max(len(entry["scenario"]) for entry in REPORT) + 2
+    head = "scenario".ljust(width) + " ".join(c.rjust(14) for c in columns.values())
+    terminalreporter.write_line(head)
+    for entry in REPORT:
+        cells = " ".join(str(entry[c]).rjust(14) for c in columns)
+        verdict = "ok" if entry["passed"] else "FAILED"
+        terminalreporter.write_line(f"{entry['scenario'].ljust(width)}{cells}  {verdict}")
+
+
+@pytest.fixture
+def store_url(request: pytest.FixtureRequest) -> Callable[[str], str | None]:
+    """The store URL of a scenario: ``sqlite`` -> None (the cluster's own file),
+    ``postgres`` -> a fresh schema on the session's server, ``redis`` -> a fresh prefix."""
+
+    def make(store: str) -> str | None:
+        if store == "sqlite":
+            return None
+        url: str = request.getfixturevalue(f"make_{store}_url")()
+        return url
+
+    return make
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., ChaosCluster]]:
+    """Makes the scenario's :class:`ChaosCluster` (one per test); its instances are
+    killed and their logs printed at teardown."""
+    made: list[ChaosCluster] = []
+
+    def make(url: str | None, name: str, **options: str) -> ChaosCluster:
+        made.append(ChaosCluster(tmp_path, url, name=name, **options))
+        return made[-1]
+
+    yield make
+    for group in made:
+        group.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own (append-only, fsync always), restartable."""
+    try:
+        server = RedisServer(tmp_path)
+    except Unavailable as exc:
+        missing(f"this test starts its own Redis server: {exc}")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(hard=True)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test's own (initdb + pg_ctl), restartable."""
+    try:
+        server = PostgresServer()
+    except Unavailable as exc:
+        missing(f"this test starts its own PostgreSQL server: {exc}")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def libfaketime() -> str:
+    """The libfaketime preload library (``SOLOIST_TEST_LIBFAKETIME``, else the usual
+    places); skipped if absent, failed with ``CI=true``."""
+    explicit = os.environ.get("SOLOIST_TEST_LIBFAKETIME")
+    if explicit:
+        if not Path(explicit).is_file():
+            pytest.fail(f"SOLOIST_TEST_LIBFAKETIME={explicit} does not exist")
+        return explicit
+    for pattern in LIBFAKETIME_CANDIDATES:
+        for found in sorted(glob(pattern)):
+            if Path(found).is_file():
+                return found
+    hint = "apt-get install libfaketime" if shutil.which("apt-get") else "install libfaketime"
+    missing(f"clock-skew scenarios need libfaketime ({hint}, or set SOLOIST_TEST_LIBFAKETIME)")
+    raise AssertionError("unreachable")
