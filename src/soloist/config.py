@@ -39,6 +39,9 @@ class Config:
     http: tuple[str, int] | None = None
     #: The bearer token that enables the HTTP actions; None: the API is read-only.
     token: str | None = field(default=None, repr=False)
+    #: Threads of timed-out sync handlers replaced at most (default: ``concurrency``);
+    #: at the bound /readyz fails (see docs/explanation/guarantees.md, timeouts).
+    max_leaked_threads: int | None = None
 
     @classmethod
     def resolve(
@@ -57,6 +60,7 @@ class Config:
         election: str = DEFAULT_ELECTION,
         http: object = None,
         token: str | None = None,
+        max_leaked_threads: int | None = None,
     ) -> Config:
         env = os.environ
         url = store_url or env.get("SOLOIST_STORE_URL") or DEFAULT_STORE_URL
@@ -77,6 +81,14 @@ class Config:
             )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"invalid concurrency {concurrency!r}: expected an integer >= 1")
+        leaks = max_leaked_threads
+        if leaks is not None and (
+            isinstance(leaks, bool) or not isinstance(leaks, int) or leaks < 0
+        ):
+            raise ConfigError(
+                f"invalid max_leaked_threads {leaks!r}: expected an integer >= 0 (or None: "
+                "as many as concurrency)"
+            )
         address = http if http is not None else env.get("SOLOIST_HTTP") or None
         token = token if token is not None else env.get("SOLOIST_TOKEN") or None
         if token is not None and (not isinstance(token, str) or not token.strip()):
@@ -95,6 +107,7 @@ class Config:
             election=election,
             http=parse_http_address(address) if address is not None else None,
             token=token,
+            max_leaked_threads=concurrency if leaks is None else leaks,
         )
 
 

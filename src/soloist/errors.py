@@ -44,5 +44,19 @@ class StoreUnavailableError(StoreError):
     """The store cannot be opened or reached (bad path, server down, ...)."""
 
 
+class StoreDataLostError(StoreError):
+    """The store no longer holds what this process saw in it: its identity (written when
+    the store was set up) is missing or different, as after a Redis server restarted
+    without persistence or a flush. Jobs, schedules, plan cursors and history written
+    before are gone. ``expected``: the identity this process knew; ``found``: the one in
+    the store now (None: missing). The runtime logs it, counts it and sets the store up
+    again (see docs/explanation/redis.md)."""
+
+    def __init__(self, message: str, *, expected: str, found: str | None) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.found = found
+
+
 class LeaseLostError(SoloistError):
     """This runner no longer holds the lease of its occurrence; its result is fenced out."""

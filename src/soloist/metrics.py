@@ -13,7 +13,9 @@ Metric names (all ``soloist_``): ``occurrences{job,state}``, ``queue_depth``,
 ``runs_total{job,outcome}``, ``run_duration_seconds{job}``, ``lateness_seconds{job}``,
 ``retries_total{job}``, ``lease_steals_total{job}``, ``is_leader``,
 ``leader_changes_total``, ``store_errors_total{operation}``,
-``instance_info{instance_id,mode}``.
+``instance_info{instance_id,mode}``, ``leaked_threads`` and ``thread_leaks_total``
+(sync handlers still running after a timeout, read from the worker pool at scrape time),
+``store_data_lost_total`` (times this instance found that the store lost its data).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -32,14 +34,14 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from soloist.models import OccurrenceCounts
     from soloist.stores.base import Store
 
-__all__ = ["CONTENT_TYPE_LATEST", "COUNTS_MAX_AGE", "JobMetrics", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "COUNTS_MAX_AGE", "JobMetrics", "LeakCounts", "Metrics"]
 
 log = logging.getLogger("soloist")
 
@@ -120,6 +122,44 @@ class _OccurrenceCollector(Collector):
         return [by_state, depth]
 
 
+class LeakCounts(Protocol):
+    """What the sync handlers' worker pool reports about leaked threads."""
+
+    @property
+    def leaked(self) -> int: ...
+
+    leaked_total: int
+
+
+class _LeakCollector(Collector):
+    """``soloist_leaked_threads`` and ``soloist_thread_leaks_total`` from the worker pool
+    of the running instance (0 before one runs)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return [
+            GaugeMetricFamily("soloist_leaked_threads", ""),
+            CounterMetricFamily("soloist_thread_leaks", ""),
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        pool = self._metrics.pool
+        now = GaugeMetricFamily(
+            "soloist_leaked_threads",
+            "Worker threads still running a sync handler whose run was cancelled "
+            "(timeout): Python cannot stop them.",
+            value=pool.leaked if pool is not None else 0,
+        )
+        total = CounterMetricFamily(
+            "soloist_thread_leaks",
+            "Sync handler calls that kept running after their run was cancelled (timeout).",
+            value=pool.leaked_total if pool is not None else 0,
+        )
+        return [now, total]
+
+
 class Metrics:
     """The metrics of one scheduler instance, in their own registry."""
 
@@ -179,7 +219,16 @@ class Metrics:
             registry=r,
         )
         self.instance_info.labels(instance_id, mode).set(1)
+        self.store_data_lost_total = Counter(
+            "soloist_store_data_lost_total",
+            "Times this instance found that the store had lost its data (a Redis restart "
+            "without persistence, a flush) and set it up again.",
+            registry=r,
+        )
         self.registry.register(_OccurrenceCollector(self))
+        #: The worker pool of the running instance (set by the Runtime).
+        self.pool: LeakCounts | None = None
+        self.registry.register(_LeakCollector(self))
         self._jobs: dict[str, JobMetrics] = {}
         self.counts: OccurrenceCounts | None = None
         self._counts_at = float("-inf")
@@ -214,6 +263,9 @@ class Metrics:
 
     def store_error(self, operation: str) -> None:
         self.store_errors_total.labels(operation).inc()
+
+    def store_data_lost(self) -> None:
+        self.store_data_lost_total.inc()
 
     # -- scraping ---------------------------------------------------------------------------------
     async def refresh_counts(self, store: Store, *, max_age: float = COUNTS_MAX_AGE) -> None:

@@ -37,6 +37,7 @@ from soloist.registry import (
 )
 from soloist.runtime import Runtime
 from soloist.runtime.elector import LeadershipCallback
+from soloist.runtime.health import Health
 from soloist.schedules import Schedule
 from soloist.stores import check_store_url, open_store
 from soloist.stores.base import Store
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 F = TypeVar("F", bound=Handler)
 L = TypeVar("L", bound=LeadershipCallback)
+#: The ``/status`` fields about the runtime's own state, before it runs.
+NOT_RUNNING: dict[str, Any] = {"workers": None, "store_data_lost": None}
 
 
 class Scheduler:
@@ -71,6 +74,7 @@ class Scheduler:
         clock: Clock | None = None,
         http: object = None,
         token: str | None = None,
+        max_leaked_threads: int | None = None,
     ) -> None:
         url = store.url if isinstance(store, Store) else store
         if url is not None and not isinstance(url, str):
@@ -87,6 +91,7 @@ class Scheduler:
             misfire_grace=misfire_grace,
             http=http,
             token=token,
+            max_leaked_threads=max_leaked_threads,
         )
         self.clock: Clock = clock or SystemClock()
         #: This instance's Prometheus metrics (served by ``GET /metrics``).
@@ -345,7 +350,14 @@ class Scheduler:
             "actions_enabled": self.config.token is not None,
             "store": mask_url(self.config.store_url),
             **cluster,
+            **(runtime.report() if runtime is not None else NOT_RUNNING),
         }
+
+    def health(self) -> Health:
+        """What makes this instance not ready besides an unreachable store (problems:
+        ``GET /readyz`` answers 503), and what an operator should know (warnings): sync
+        handler threads leaked by timeouts at their bound, a store that lost its data."""
+        return self._runtime.health() if self._runtime is not None else Health()
 
     def status(self) -> dict[str, Any]:
         """This instance, the leader and its epoch, the live instances and every job with

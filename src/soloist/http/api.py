@@ -203,7 +203,14 @@ class Api:
             return json_response({"status": "unavailable", "error": message}, 503)
         except Exception as exc:
             return json_response({"status": "unavailable", "error": str(exc)}, 503)
-        return json_response({"status": "ready"})
+        # The store answers; the instance may still be unable to work (leaked threads at
+        # their bound, a store that lost its data and is not set up again yet).
+        health = self.app.health()
+        extra = {"warnings": list(health.warnings)} if health.warnings else {}
+        if not health.ready:
+            reason = "; ".join(health.problems)
+            return json_response({"status": "unavailable", "error": reason, **extra}, 503)
+        return json_response({"status": "ready", **extra})
 
     async def status(self, request: Request) -> Response:
         report = await self.app.astatus()

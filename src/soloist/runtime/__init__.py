@@ -27,8 +27,10 @@ from soloist.metrics import Metrics
 from soloist.registry import Registry, local_name
 from soloist.runtime.elector import Elector, LeadershipCallback
 from soloist.runtime.executor import Executor
+from soloist.runtime.health import Health, pool_report, pool_state
 from soloist.runtime.leases import Heartbeater, Reaper
 from soloist.runtime.planner import Planner
+from soloist.runtime.recovery import StoreRecovery
 from soloist.runtime.registrar import Registrar
 from soloist.runtime.service import Service, log
 from soloist.stores.base import Store
@@ -98,8 +100,16 @@ class Runtime:
             metadata={"jobs": sorted(registry.jobs), "tasks": registry.queue_tasks()},
         )
         self.metrics = metrics or Metrics(iid, config.mode)
+        # The executor makes its pool; how many leaked threads it replaces is set here.
+        pool = self.executor.pool
+        leaks = config.max_leaked_threads
+        pool.max_leaked = config.concurrency if leaks is None else leaks
+        self.metrics.pool = pool
+        self.recovery = StoreRecovery(clock, iid, self._set_up_again)
+        self.recovery.metrics = self.metrics
         for service in self.services():
             service.metrics = self.metrics
+            service.on_data_lost = self.recovery.recover
         self.started = asyncio.Event()
         self._stopped = False
 
@@ -152,6 +162,29 @@ class Runtime:
     async def register(self) -> None:
         """Record the jobs defined in code (keeping their pause flags)."""
         await self.store.job_upsert(self.registry.job_records())
+
+    async def _set_up_again(self) -> None:
+        """After the store lost its data: its schema and the jobs defined in code again;
+        a leader's lease went with the data."""
+        await self.elector.demote("the store lost its data")
+        await self.store.migrate()
+        await self.register()
+        self.wake()
+
+    # -- what this instance says about itself -----------------------------------------------
+    def health(self) -> Health:
+        """Problems that make this instance not ready, and warnings (``GET /readyz``)."""
+        pool_problem, pool_warning = pool_state(self.executor.pool)
+        problems = [p for p in (pool_problem, self.recovery.problem()) if p]
+        warnings = [w for w in (pool_warning, self.recovery.warning()) if w]
+        return Health(tuple(problems), tuple(warnings))
+
+    def report(self) -> dict[str, object]:
+        """The fields of ``GET /status`` about this instance's own state."""
+        return {
+            "workers": pool_report(self.executor.pool),
+            "store_data_lost": self.recovery.report(),
+        }
 
     async def stop(self) -> None:
         """Graceful stop; safe to call twice."""

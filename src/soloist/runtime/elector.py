@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from soloist.clock import Clock
+from soloist.errors import StoreDataLostError
 from soloist.models import LeaderLease
 from soloist.runtime.service import Service
 from soloist.stores.base import Store
@@ -95,6 +96,9 @@ class Elector(Service):
         except asyncio.TimeoutError:
             await self._demote("the store did not answer within the trust window")
             return 0.0
+        except StoreDataLostError:  # the lease went with the data; the loop reports it
+            await self._demote("the store lost its data")
+            raise
         except Exception as exc:
             if self.metrics is not None:
                 self.metrics.store_error("leader_renew")
@@ -170,6 +174,10 @@ class Elector(Service):
             epoch=lease.epoch,
         )
         await self._notify(self.on_demoted, lease.epoch)
+
+    async def demote(self, why: str) -> None:
+        """Stop leading at once: the lease is known to be gone (the store lost its data)."""
+        await self._demote(why)
 
     async def resign(self) -> None:
         """Stop the loop and give the lease up at once (graceful shutdown). Safe twice."""

@@ -9,34 +9,71 @@ workers are daemon threads: when the instance is done, the process exits.
 call to finish wakes the loop (one ``call_soon_threadsafe``), and the calls that finish
 before the loop gets round to it ride along. ``loop.run_in_executor`` would wake the loop
 once per call, which costs more than a short handler itself.
+
+**Leaked threads.** Python cannot stop a thread. When the future of a call that already
+runs is cancelled (a ``timeout``), its thread keeps running the handler until it returns:
+the thread is *leaked*. If it still counted as one of the ``workers``, later runs would
+queue behind it and could time out without ever starting. So the pool starts a replacement
+thread for each leaked one, up to ``max_leaked`` of them (default: ``workers``), logs a
+WARNING naming the handler, and counts them (:attr:`leaked`, :attr:`leaked_total`). Past
+the bound it replaces no more: :attr:`saturated` is true (readiness fails) and new runs
+wait for a thread, as they would in a plain pool. When a leaked call finally returns, its
+thread stops counting as leaked and exits, or goes back to work if the pool is short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-#: A call and where its outcome goes: a concurrent future (``submit``), or an asyncio
-#: future of a loop (``run``).
-_Item = tuple[Callable[[], Any], "Future[Any] | asyncio.Future[Any]"]
+log = logging.getLogger("soloist")
+
+
+class _Call:
+    """A call and where its outcome goes: a concurrent future (``submit``), or an asyncio
+    future of a loop (``run``); ``started``: the monotonic time a thread began it."""
+
+    __slots__ = ("fn", "future", "leaked", "name", "started")
+
+    def __init__(
+        self, fn: Callable[[], Any], future: Future[Any] | asyncio.Future[Any], name: str
+    ) -> None:
+        self.fn = fn
+        self.future = future
+        self.name = name
+        self.started: float | None = None
+        self.leaked = False
+
+
 #: An outcome waiting for the loop: the future, whether the call returned, its value.
 _Done = tuple["asyncio.Future[Any]", bool, Any]
 
 
 class DaemonThreadPool(Executor):
-    """At most ``workers`` daemon threads, started on demand, running submitted calls."""
+    """``workers`` daemon threads (started on demand) running submitted calls, plus one
+    replacement per leaked thread, up to ``max_leaked`` (default: ``workers``; 0: never
+    replace)."""
 
-    def __init__(self, workers: int, name: str) -> None:
+    def __init__(self, workers: int, name: str, *, max_leaked: int | None = None) -> None:
         self._workers = workers
         self._name = name
-        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        #: How many leaked threads are replaced at most (settable before use).
+        self.max_leaked = workers if max_leaked is None else max_leaked
+        #: Calls whose future was cancelled while they ran, ever (a counter).
+        self.leaked_total = 0
+        self._leaked = 0
+        self._started = 0
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
@@ -45,53 +82,156 @@ class DaemonThreadPool(Executor):
         self._done: list[_Done] = []
         self._done_lock = threading.Lock()
 
+    # -- what the pool reports ------------------------------------------------------------------
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    @property
+    def leaked(self) -> int:
+        """Threads still running a call whose future was cancelled (a timed-out handler)."""
+        return self._leaked
+
+    @property
+    def saturated(self) -> bool:
+        """True while leaked threads reach the bound: another leak is not replaced, and
+        sync runs may wait for a free thread."""
+        return self._leaked > 0 and self._leaked >= self.max_leaked
+
+    @property
+    def threads(self) -> int:
+        """Threads alive in the pool, leaked ones included."""
+        return len(self._threads)
+
+    def _capacity(self) -> int:
+        return self._workers + min(self._leaked, self.max_leaked)
+
+    # -- calls ------------------------------------------------------------------------------
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         future: Future[T] = Future()
-        self._put((lambda: fn(*args, **kwargs), future))
+        self._put(_Call(lambda: fn(*args, **kwargs), future, _describe(fn)))
         return future
 
-    def run(self, call: Callable[[], T]) -> asyncio.Future[T]:
+    def run(self, call: Callable[[], T], name: str | None = None) -> asyncio.Future[T]:
         """Run ``call`` in a worker thread; its outcome as a future of the running loop
-        (one loop per pool). Cancelling the future does not stop a call already running."""
+        (one loop per pool). Cancelling the future does not stop a call already running:
+        its thread is leaked (see the module docstring); ``name`` (default: the callable's
+        name) says which handler in the log."""
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("a DaemonThreadPool serves one event loop")
         future: asyncio.Future[T] = loop.create_future()
-        self._put((call, future))
+        item = _Call(call, future, name or _describe(call))
+        future.add_done_callback(functools.partial(self._on_cancel, item))
+        self._put(item)
         return future
 
-    def _put(self, item: _Item) -> None:
+    def _put(self, item: _Call) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot run a handler: the worker pool is shut down")
             self._queue.put(item)
-            if not self._idle.acquire(blocking=False) and len(self._threads) < self._workers:
-                thread = threading.Thread(
-                    target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
-                )
-                self._threads.append(thread)
-                thread.start()
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._capacity():
+                self._start_thread()
+
+    def _start_thread(self) -> None:
+        """Start one more worker (with ``_lock`` held)."""
+        thread = threading.Thread(
+            target=self._work, name=f"{self._name}-{self._started}", daemon=True
+        )
+        self._started += 1
+        self._threads.append(thread)
+        thread.start()
 
     def _work(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            call, future = item
+            future = item.future
             if isinstance(future, Future):
                 if future.set_running_or_notify_cancel():
                     try:
-                        future.set_result(call())
+                        future.set_result(item.fn())
                     except BaseException as exc:  # a handler's SystemExit is its result too
                         future.set_exception(exc)
-            elif not future.cancelled():
+            elif self._begin(item):  # else cancelled while queued: skipped, not leaked
                 try:
-                    self._hand_back((future, True, call()))
+                    done: _Done = (future, True, item.fn())
                 except BaseException as exc:
-                    self._hand_back((future, False, exc))
+                    done = (future, False, exc)
+                stays = self._end(item)
+                self._hand_back(done)
+                if not stays:
+                    return  # a leaked thread the pool no longer needs
             self._idle.release()
+
+    def _begin(self, item: _Call) -> bool:
+        """Mark ``item`` running, unless its future was cancelled while it was queued."""
+        with self._lock:
+            if item.future.cancelled():
+                return False
+            item.started = time.monotonic()
+            return True
+
+    def _end(self, item: _Call) -> bool:
+        """``item`` returned: if its thread was leaked, it is no longer; whether the thread
+        stays in the pool (False: the pool is full without it, so it exits)."""
+        with self._lock:
+            assert item.started is not None
+            ran = time.monotonic() - item.started
+            item.started = None
+            if not item.leaked:
+                return True
+            self._leaked -= 1
+            stays = len(self._threads) <= self._capacity()
+            if not stays:
+                self._threads.remove(threading.current_thread())
+            leaked = self._leaked
+        log.info(
+            "sync handler %s returned after %.1fs, after its run had been cancelled; its "
+            "outcome is ignored and its thread is free again (%d thread(s) still leaked)",
+            item.name,
+            ran,
+            leaked,
+            extra={"action": "leaked_thread_returned", "job": item.name},
+        )
+        return stays
+
+    def _on_cancel(self, item: _Call, future: asyncio.Future[Any]) -> None:
+        """On the loop, when ``item``'s future is done: if it was cancelled while its call
+        runs, the thread is leaked; replace it while under the bound."""
+        if not future.cancelled():
+            return
+        with self._lock:
+            if item.started is None or item.leaked:
+                return  # never started (it will be skipped), or already returned
+            item.leaked = True
+            self._leaked += 1
+            self.leaked_total += 1
+            replaced = self._leaked <= self.max_leaked
+            if replaced and not self._closed and len(self._threads) < self._capacity():
+                self._start_thread()
+            leaked, bound = self._leaked, self.max_leaked
+        if replaced:
+            effect = "started a replacement thread"
+        else:
+            effect = (
+                "not replaced: leaked threads reach the bound (max_leaked_threads), so "
+                "sync runs may wait for a free thread and /readyz fails until one returns"
+            )
+        log.warning(
+            "sync handler %s is still running after its run was cancelled (timeout); "
+            "Python cannot stop its thread, which stays busy until the handler returns; "
+            "%s (%d leaked thread(s), bound %d)",
+            item.name,
+            effect,
+            leaked,
+            bound,
+            extra={"action": "leaked_thread", "job": item.name},
+        )
 
     def _hand_back(self, done: _Done) -> None:
         with self._done_lock:
@@ -124,9 +264,15 @@ class DaemonThreadPool(Executor):
                 except queue.Empty:
                     break
                 if item is not None:
-                    item[1].cancel()
+                    item.future.cancel()
         for _ in threads:
             self._queue.put(None)
         if wait:
             for thread in threads:
                 thread.join()
+
+
+def _describe(call: Callable[..., Any]) -> str:
+    """A readable name of ``call`` (the function inside a ``functools.partial``)."""
+    fn = call.func if isinstance(call, functools.partial) else call
+    return str(getattr(fn, "__qualname__", None) or repr(fn))

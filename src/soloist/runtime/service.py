@@ -10,10 +10,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from soloist.clock import Clock
-from soloist.errors import StoreError
+from soloist.errors import StoreDataLostError, StoreError
 
 if TYPE_CHECKING:
     from soloist.metrics import Metrics
@@ -37,6 +38,9 @@ class Service(abc.ABC):
         self._errors = 0
         #: Set by the Runtime; services built alone (tests) count nothing.
         self.metrics: Metrics | None = None
+        #: Set by the Runtime: reports a store that lost its data and sets it up again
+        #: (:mod:`soloist.runtime.recovery`); then the tick runs again at once.
+        self.on_data_lost: Callable[[StoreDataLostError], Awaitable[None]] | None = None
 
     @property
     def running(self) -> bool:
@@ -80,6 +84,8 @@ class Service(abc.ABC):
                 self._errors = 0
             except asyncio.CancelledError:
                 raise
+            except StoreDataLostError as exc:
+                delay = await self._data_lost(exc)
             except Exception as exc:
                 self._errors += 1
                 if self.metrics is not None and isinstance(exc, StoreError):
@@ -96,6 +102,30 @@ class Service(abc.ABC):
                 )
             if not self.stopping:
                 await self.wait(delay)
+
+    async def _data_lost(self, exc: StoreDataLostError) -> float:
+        """Hand ``exc`` to :attr:`on_data_lost`; the delay before the next tick."""
+        try:
+            if self.on_data_lost is None:
+                raise exc
+            await self.on_data_lost(exc)
+        except Exception as failed:
+            self._errors += 1
+            if self.metrics is not None:
+                self.metrics.store_error(self.name)
+            delay: float = min(MAX_ERROR_BACKOFF, 0.1 * 2**self._errors)
+            self.log(
+                logging.WARNING,
+                "%s failed (%s: %s); retrying in %.1fs",
+                self.name,
+                type(failed).__name__,
+                failed,
+                delay,
+                action="error",
+            )
+            return delay
+        self._errors = 0
+        return 0.0
 
     async def wait(self, seconds: float) -> None:
         """Sleep on the service clock for ``seconds``, or until woken or stopped."""
