@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from soloist.errors import ConfigError, StoreError, StoreUnavailableError
+from soloist.errors import ConfigError, StoreDataLostError, StoreError, StoreUnavailableError
 from soloist.models import Claimed, Occurrence, Outcome, Overlap, State
 from soloist.stores import open_store
 from soloist.stores.base import Store
@@ -26,6 +26,7 @@ from soloist.stores.memory import MemoryStore
 from soloist.stores.redis import SCHEMA_VERSION, RedisStore, parse_url
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance import T0, at, claim, new_occurrence
+from soloist.testing.conformance.instances import instance_info
 from soloist.testing.conformance.processes import race_claimers
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)  # due for any real clock
@@ -524,3 +525,78 @@ async def test_cancelled_waits_leave_no_connections_behind(private_redis: str) -
         await asyncio.sleep(0.02)
     assert ours() == 0
     raw_client.close()
+
+
+# -- data loss ------------------------------------------------------------------------------
+async def test_a_store_that_lost_its_data_says_so(redis_url: str, raw: redis.Redis) -> None:
+    """With the prefix's keys gone (a flush, a restart without persistence), heartbeats,
+    elections and renewals raise StoreDataLostError naming the store and the cause, and
+    write nothing; migrate writes a new identity, and they work again."""
+    store = RedisStore(redis_url)
+    await store.migrate()
+    try:
+        old = store.identity
+        assert old is not None and raw.get(f"{store.target.base}:identity") == old
+        await store.instance_heartbeat(instance_info("i1"), TTL)
+        lease = await store.leader_attempt_elect("e", "i1", TTL)
+        assert lease is not None
+        raw.delete(*_keys(raw, store))
+        calls = [
+            store.instance_heartbeat(instance_info("i1"), TTL),
+            store.leader_attempt_elect("e", "i1", TTL),
+            store.leader_renew("e", "i1", lease.epoch, TTL),
+        ]
+        for call in calls:
+            with pytest.raises(StoreDataLostError) as info:
+                await call
+            message = str(info.value)
+            assert store.target.display in message
+            assert "identity key missing: restarted without persistence or flushed" in message
+            assert (info.value.expected, info.value.found) == (old, None)
+        assert _keys(raw, store) == []  # nothing was written into the emptied store
+        await store.migrate()
+        assert store.identity not in (None, old)
+        await store.instance_heartbeat(instance_info("i1"), TTL)
+        again = await store.leader_attempt_elect("e", "i1", TTL)
+        assert again is not None and again.epoch == 1  # the epoch starts over
+    finally:
+        await store.close()
+
+
+async def test_another_instance_sees_the_identity_written_again(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    """After a loss the first instance to notice sets the store up again; another one
+    that knew the old identity is told the data was lost (changed), and adopts the new
+    identity on migrate instead of writing its own."""
+    first, second = RedisStore(redis_url), RedisStore(redis_url)
+    await first.migrate()
+    await second.migrate()
+    try:
+        assert first.identity == second.identity is not None
+        old = first.identity
+        raw.delete(*_keys(raw, first))
+        await first.migrate()
+        with pytest.raises(StoreDataLostError, match="identity key changed") as info:
+            await second.instance_heartbeat(instance_info("i2"), TTL)
+        assert (info.value.expected, info.value.found) == (old, first.identity)
+        await second.migrate()
+        assert second.identity == first.identity
+        await second.instance_heartbeat(instance_info("i2"), TTL)
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_store_never_set_up_here_does_not_check(redis_url: str) -> None:
+    """A store object that did not migrate (a CLI read, a portal) knows no identity and
+    heartbeats without the check."""
+    setup, other = RedisStore(redis_url), RedisStore(redis_url)
+    await setup.migrate()
+    try:
+        assert other.identity is None
+        await other.instance_heartbeat(instance_info("i3"), TTL)
+        assert [i.instance_id for i in await other.instance_list()] == ["i3"]
+    finally:
+        await setup.close()
+        await other.close()

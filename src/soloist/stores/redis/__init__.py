@@ -27,7 +27,10 @@ seeing each other):
   cannot come back that way: a plan cursor only moves forward and is never trimmed.
 * ``:cur:<job>`` a hash of planning cursors per scope (``last|count``); ``:j:<name>`` a hash
   per job and ``:jobs`` the names; ``:lead:<name>`` a leader lease; ``:i:<id>`` and
-  ``:instances`` the instances' heartbeats; ``:schema`` the key layout version.
+  ``:instances`` the instances' heartbeats; ``:schema`` the key layout version;
+  ``:identity`` the store's identity (written by ``migrate`` when missing, checked by
+  instance heartbeats and leader elections: a missing or different one means the data was
+  lost, :class:`~soloist.errors.StoreDataLostError`).
 
 Why each operation is atomic: every state change is **one Lua script** (``lua/``), and Redis
 runs a script alone, start to end; nothing else runs in between. So a claim reads the due

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from soloist.clock import Clock
-from soloist.errors import DuplicateJobError, StoreError
+from soloist.errors import DuplicateJobError, StoreDataLostError, StoreError
 from soloist.models import (
     Attempt,
     Claimed,
@@ -54,6 +55,9 @@ class RedisStore:
         hmax = self.target.history_max
         age = self.target.history_age
         self._common = [self.target.base, "", str(hmax), str(age // _US if age else 0)]
+        #: The identity ``{prefix}:identity`` had when this store last set it up
+        #: (:meth:`migrate`); None before. Heartbeats and leader elections check it.
+        self.identity: str | None = None
 
     def __repr__(self) -> str:
         return f"RedisStore({self.target.display})"
@@ -81,7 +85,8 @@ class RedisStore:
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
         """Redis has no schema; this checks the server and the key layout version (stored
-        at ``{prefix}:schema``, refused if newer than this code's) and loads the scripts."""
+        at ``{prefix}:schema``, refused if newer than this code's), writes the store's
+        identity unless it exists (see :meth:`_identify`) and loads the scripts."""
         with self._conns.translated():
             client = self._client()
             info = await client.info("server")
@@ -99,7 +104,44 @@ class RedisStore:
                     f"Redis store {self.target.display} has key layout version {stored}, "
                     f"newer than this soloist's {SCHEMA_VERSION}: upgrade soloist"
                 )
+            await self._identify(client)
             await self._conns.load_scripts()
+
+    async def _identify(self, client: Any) -> None:
+        """Write ``{prefix}:identity`` (server time in microseconds, ``-``, a random id)
+        unless it exists, and remember it. The instance heartbeat and the leader scripts
+        compare it with the one remembered: a server restarted without persistence, or
+        flushed, has lost it (and everything else), and :class:`StoreDataLostError` says
+        so instead of a lost lease. Another instance that set the store up again wrote a
+        new one: that is a loss too, for every instance that knew the old one."""
+        key = self._key("identity")
+        for _ in range(3):  # a flush between SET and GET: write again
+            seconds, micros = await client.time()
+            fresh = f"{int(seconds) * 1_000_000 + int(micros)}-{secrets.token_hex(8)}"
+            await client.set(key, fresh, nx=True)
+            found = await client.get(key)
+            if found is not None:
+                self.identity = str(found)
+                return
+        raise StoreError(f"Redis store {self.target.display}: its identity key keeps vanishing")
+
+    def _data_lost(self, found: str) -> StoreDataLostError:
+        """The error for a script that found identity ``found`` ('' for none) instead of
+        :attr:`identity`."""
+        expected = self.identity or ""
+        if found:
+            cause = (
+                f"identity key changed from {expected} to {found}: another instance set "
+                "the store up again after it was restarted without persistence or flushed"
+            )
+        else:
+            cause = "identity key missing: restarted without persistence or flushed"
+        return StoreDataLostError(
+            f"the Redis store at {self.target.display} lost its data ({cause}); jobs, "
+            "schedules, cursors and history written before are gone",
+            expected=expected,
+            found=found or None,
+        )
 
     async def close(self) -> None:
         await self._conns.close_all()
@@ -307,7 +349,11 @@ class RedisStore:
         ttl: timedelta | None = None,
     ) -> Any:
         ttl_us = positive_ttl(ttl) // _US if ttl is not None else 0
-        return await self._run("leader", self._at(now), [op, name, instance, epoch, ttl_us])
+        args = [op, name, instance, epoch, ttl_us, self.identity or ""]
+        row = await self._run("leader", self._at(now), args)
+        if isinstance(row, str):  # elect and renew: the identity found instead of ours
+            raise self._data_lost(row)
+        return row
 
     async def leader_attempt_elect(
         self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
@@ -340,8 +386,10 @@ class RedisStore:
         self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
     ) -> None:
         ttl_us = positive_ttl(ttl) // _US
-        args = ["beat", *codec.instance_args(info), ttl_us]
-        await self._run("instances", self._at(now), args)
+        args = ["beat", *codec.instance_args(info), ttl_us, self.identity or ""]
+        reply = await self._run("instances", self._at(now), args)
+        if isinstance(reply, str):  # the identity found instead of ours
+            raise self._data_lost(reply)
 
     async def instance_list(self, now: datetime | None = None) -> list[InstanceInfo]:
         rows = await self._run("instances", self._at(now), ["list"])

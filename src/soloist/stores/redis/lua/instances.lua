@@ -1,7 +1,9 @@
 -- Instances: a hash per instance {info, started, seen, expires} and a sorted set of ids by
 -- expiry. ARGV[5]: the operation.
---   beat:   ARGV[6] id, ARGV[7] info (JSON), ARGV[8] started, ARGV[9] ttl (us); the first
---           started is kept while the hash lives.
+--   beat:   ARGV[6] id, ARGV[7] info (JSON), ARGV[8] started, ARGV[9] ttl (us), ARGV[10]
+--           the store identity the caller knows (''; none); the first started is kept
+--           while the hash lives. Returns 1, or the identity found instead ('' if none):
+--           the store lost its data, and nothing is written.
 --   list:   forgets instances expired over an hour ago, returns the live ones as
 --           {id, info, started, seen, expires}.
 --   remove: ARGV[6] id.
@@ -9,6 +11,8 @@ local op = ARGV[5]
 local function ikey(id) return B .. ':i:' .. id end
 local index = B .. ':instances'
 if op == 'beat' then
+  local changed = identity_changed(ARGV[10])
+  if changed then return changed end
   local k = ikey(ARGV[6])
   local expires = NOW + tonumber(ARGV[9])
   redis.call('HSET', k, 'info', ARGV[7], 'seen', NOW_US, 'expires', us(expires))

@@ -1,8 +1,10 @@
 -- Leader leases: one hash per election name {holder, epoch, elected, expires}. The epoch
 -- is incremented (HINCRBY) every time the lease passes to a new term and is never reset,
 -- so it is a fencing token. ARGV[5]: elect | renew | resign | get; ARGV[6] name,
--- ARGV[7] instance, ARGV[8] epoch, ARGV[9] ttl (us). Returns the lease (as HMGET) or nil;
--- resign returns 1 or nil.
+-- ARGV[7] instance, ARGV[8] epoch, ARGV[9] ttl (us), ARGV[10] the store identity the
+-- caller knows (''; none). Returns the lease (as HMGET) or nil; resign returns 1 or nil.
+-- elect and renew return the identity found instead ('' if none) when it is not the
+-- caller's: the store lost its data (the epoch starts over), and nothing is written.
 local op, k = ARGV[5], B .. ':lead:' .. ARGV[6]
 local LEASE = {'holder', 'epoch', 'elected', 'expires'}
 local h = redis.call('HMGET', k, unpack(LEASE))
@@ -12,6 +14,10 @@ if op == 'get' then
   return false
 end
 local instance = ARGV[7]
+if op == 'elect' or op == 'renew' then
+  local changed = identity_changed(ARGV[10])
+  if changed then return changed end
+end
 if op == 'elect' then
   local expires = us(NOW + tonumber(ARGV[9]))
   if live then

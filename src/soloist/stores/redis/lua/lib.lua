@@ -23,6 +23,16 @@ local function us(n)
 end
 local NOW_US = us(NOW)
 
+-- Whether the store lost its data since the caller set it up: the identity written by
+-- migrate (`expected`, '' when the caller knows none) is missing or different. Returns
+-- nil when it is the same, else what is there now ('' for a missing key).
+local function identity_changed(expected)
+  if expected == nil or expected == '' then return nil end
+  local found = redis.call('GET', B .. ':identity')
+  if found == expected then return nil end
+  return found or ''
+end
+
 local function okey(id)
   return B .. ':o:' .. id
 end
