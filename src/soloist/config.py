@@ -22,6 +22,17 @@ DEFAULT_LEASE_TTL = timedelta(seconds=10)
 DEFAULT_ELECTION = "soloist"
 
 
+def lease_margin(ttl: float) -> float:
+    """How long before the store could expire a lease this runner stops trusting it: a
+    tenth of the TTL, at least a quarter of it up to one second (1 s for the default 10 s).
+
+    The store expires a lease ``ttl`` after it *processed* the last renewal; the runner
+    counts from when it *sent* it, which is earlier, and gives up ``margin`` sooner still,
+    so that an async handler is cancelled (and ``ctx.lease_lost`` is true) before any
+    instance can reap the occurrence, even with a busy event loop."""
+    return max(ttl * 0.1, min(1.0, ttl * 0.25))
+
+
 @dataclass(frozen=True)
 class Config:
     store_url: str
@@ -74,10 +85,14 @@ class Config:
         beat = parse_duration(
             heartbeat or env.get("SOLOIST_HEARTBEAT") or ttl / 3, what="heartbeat"
         )
-        if beat >= ttl:
+        # A runner trusts its lease until ttl - margin after a renewal was sent: two
+        # heartbeats must fit in that, so that one failed renewal does not lose it.
+        trusted = ttl.total_seconds() - lease_margin(ttl.total_seconds())
+        if beat.total_seconds() * 2 > trusted:
             raise ConfigError(
-                f"invalid heartbeat {beat.total_seconds()}s: must be shorter than the lease "
-                f"TTL ({ttl.total_seconds()}s), e.g. a third of it"
+                f"invalid heartbeat {beat.total_seconds()}s: must be at most half of the "
+                f"lease TTL ({ttl.total_seconds()}s) less its safety margin, i.e. "
+                f"{trusted / 2:g}s; the default is a third of the TTL"
             )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"invalid concurrency {concurrency!r}: expected an integer >= 1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -386,3 +387,335 @@ async def test_a_catch_up_all_backlog_runs_in_order_without_skipping(
     due = [o for o in rows if o.plan_time <= clock.now()]
     assert sorted(o.state.value for o in due) == ["succeeded"] * 9
     assert order == sorted(order) and len(order) == 9
+
+
+# -- found by an adversarial review ---------------------------------------------------------
+async def _until(cond: Any, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.01)):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition never became true")
+
+
+# F1 ------------------------------------------------------------------------------------------
+async def test_a_reclaimed_occurrence_is_not_forgotten_when_the_stale_run_ends(
+    clock: FakeClock, store: FaultyStore
+) -> None:
+    """A sync handler outlives its lease (store outage); the store reaps it and this same
+    instance claims the occurrence again while the stale thread still runs. When the stale
+    run ends, the new run must still be tracked (renewed, drained, counted)."""
+    app = make_app(clock, store, concurrency=2)
+    gates = [threading.Event(), threading.Event()]
+    calls: list[int] = []
+
+    @app.task(name="work", retries=1)
+    def work(ctx) -> None:  # type: ignore[no-untyped-def]
+        n = len(calls)
+        calls.append(ctx.fencing_token)
+        gates[n].wait(10)
+
+    runtime = await started(app)
+    ex = runtime.executor
+    occ_id = await app.aenqueue("work")
+    await ex.tick()
+    old = ex.active[occ_id]
+    await _until(lambda: len(calls) == 1)
+    store.renew_errors = -1  # the store is unreachable for a whole TTL
+    for step in (3, 3, 2):  # t = 8: local deadline, the sync handler cannot be stopped
+        clock.advance(step)
+        await runtime.heartbeater.tick()
+    assert old.ctx.lease_lost
+    clock.advance(1.5)  # t = 9.5: the store's lease has expired
+    store.renew_errors = 0
+    assert [o.id for o in await store.occurrence_reap()] == [occ_id]
+    await ex.tick()  # this instance claims it again: same id, new token
+    new = ex.active[occ_id]
+    assert new is not old
+    await _until(lambda: len(calls) == 2)
+    gates[0].set()  # the stale thread ends; its fenced write is refused
+    await asyncio.wait_for(old.task, 5)  # type: ignore[arg-type]
+    try:
+        # BUG: _finished(occ_id) popped the *new* run from executor.active
+        assert ex.active.get(occ_id) is new, "the live run was dropped from executor.active"
+        # consequence: the heartbeater no longer renews it, the store reaps it while it runs
+        for _ in range(4):
+            clock.advance(3)
+            await runtime.heartbeater.tick()
+        assert await store.occurrence_reap() == [], "the live run's lease was reaped"
+    finally:
+        gates[1].set()
+        await asyncio.wait_for(new.task, 5)  # type: ignore[arg-type]
+
+
+# F2 ------------------------------------------------------------------------------------------
+async def test_a_heartbeat_too_long_for_the_lease_is_refused_and_the_longest_allowed_works(
+    clock: FakeClock, store: FaultyStore
+) -> None:
+    """A heartbeat must leave room for a second renewal before the lease deadline
+    (ttl - margin): 8.5 s with a 9 s lease is refused; at the longest allowed (4 s) a
+    healthy lease is never declared lost."""
+    with pytest.raises(ConfigError, match=r"heartbeat 8\.5s"):
+        make_app(clock, store, heartbeat="8.5s")
+    app = make_app(clock, store, heartbeat="4s")
+    gate = asyncio.Event()
+
+    @app.task(name="slow")
+    async def slow(ctx) -> None:  # type: ignore[no-untyped-def]
+        await gate.wait()
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue("slow")
+    await runtime.executor.tick()
+    run = runtime.executor.active[occ_id]
+    for _ in range(5):
+        delay = await runtime.heartbeater.tick()
+        clock.advance(delay)
+    try:
+        assert not run.ctx.lease_lost, "a healthy lease was declared lost"
+    finally:
+        gate.set()
+        await settle(runtime)
+
+
+# F3 ------------------------------------------------------------------------------------------
+class SlowStore(FaultyStore):
+    """Completions take ``delay`` real seconds (a busy database)."""
+
+    delay = 0.2
+
+    async def occurrence_complete(self, instance_id, outcomes, now=None):  # type: ignore[no-untyped-def]
+        self.complete_calls.append([o.id for o in outcomes])
+        await asyncio.sleep(self.delay)
+        return await self._inner.occurrence_complete(instance_id, outcomes, now)
+
+
+async def test_an_outcome_the_store_would_accept_gets_more_than_50ms(clock: FakeClock) -> None:
+    """A sync run outlives its *local* lease deadline (t = 8 s) but finishes while the
+    store's lease is still valid (until 9 s). Its fenced write would apply, but it gets only
+    MIN_CALL_TIMEOUT (50 ms) on a store answering in 200 ms: the outcome is dropped
+    ('unrecorded'), the occurrence runs again: the handler's work is done twice."""
+    from soloist.stores.memory import MemoryStore
+
+    store = SlowStore(MemoryStore("memory://", clock=clock))
+    app = make_app(clock, store)
+    gate = threading.Event()
+
+    @app.task(name="sync")
+    def sync(ctx) -> str:  # type: ignore[no-untyped-def]
+        gate.wait(10)
+        return "sync done"
+
+    runtime = await started(app)
+    ex = runtime.executor
+    a = await app.aenqueue("sync")
+    await ex.tick()
+    store.renew_errors = -1
+    for step in (3, 3, 2):  # t = 8: the local deadline; the store lease lasts to 9
+        clock.advance(step)
+        await runtime.heartbeater.tick()
+    assert ex.active[a].ctx.lease_lost
+    gate.set()
+    await settle(runtime)
+    got = await store.occurrence_get(a)
+    assert got is not None
+    assert ex.counts["unrecorded"] == 0 and got.state is State.SUCCEEDED, (
+        f"dropped: {ex.counts}, state {got.state}"
+    )
+
+
+async def test_one_late_outcome_does_not_shrink_the_whole_batch_deadline(
+    clock: FakeClock,
+) -> None:
+    """A batch's call deadline is the *earliest* of its outcomes' deadlines: one late
+    outcome gives 2000 healthy ones 50 ms; on a 200 ms store the batch times out and every
+    outcome is retried on its own (N calls instead of 1)."""
+    from soloist.models import Outcome
+    from soloist.runtime.completer import Completer
+    from soloist.stores.memory import MemoryStore
+
+    inner = MemoryStore("memory://", clock=clock)
+    store = SlowStore(inner)
+    app = make_app(clock, store)
+    app.task(name="t")(lambda ctx: None)
+    await started(app)
+    ids = [await app.aenqueue("t") for _ in range(5)]
+    claimed = await inner.occurrence_claim(
+        "a", ["t"], 5, __import__("datetime").timedelta(seconds=9)
+    )
+    completer = Completer(store, "a", monotonic=clock.monotonic, call_timeout=3.0)  # type: ignore[arg-type]
+    now = clock.monotonic()
+    outs = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in claimed]
+    deadlines = [now - 0.5] + [now + 8] * 4  # the first one's local lease just passed
+    results = await asyncio.gather(
+        *(completer.complete(o, (lambda d=d: d)) for o, d in zip(outs, deadlines, strict=True)),
+        return_exceptions=True,
+    )
+    print("calls", [len(c) for c in store.complete_calls], results)
+    assert len(store.complete_calls) == 1, "the batch timed out and was split"
+    assert results == [True] * 5
+    assert sorted(ids) == sorted(o.id for o in claimed)
+
+
+# F4 ------------------------------------------------------------------------------------------
+async def test_an_outcome_the_store_always_refuses_is_not_retried_forever(
+    clock: FakeClock, store: FaultyStore
+) -> None:
+    """A deterministic write error (e.g. PostgreSQL: psycopg.DataError 'text fields cannot
+    contain NUL' for a handler raising ValueError('a\\x00b')) is retried while the
+    heartbeater keeps extending the lease: the occurrence stays 'running' forever, is never
+    reaped, and drain() never returns."""
+    app = make_app(clock, store)
+
+    @app.task(name="work")
+    def work(ctx) -> None:  # type: ignore[no-untyped-def]
+        raise ValueError("bad\x00byte")
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue("work")
+    store.refuse = {occ_id}  # stands for the DataError: every write of it fails
+    await runtime.executor.tick()
+    await _until(lambda: runtime.executor.active[occ_id].recorded)
+    drain = asyncio.ensure_future(runtime.executor.drain(0))
+    for _ in range(200):  # 10 minutes of healthy heartbeats
+        clock.advance(3)
+        await runtime.heartbeater.tick()
+        await asyncio.sleep(0.005)
+        if drain.done():
+            break
+    try:
+        occ = await store.occurrence_get(occ_id)
+        assert occ is not None
+        assert drain.done(), f"drain() still waiting after 10 min; occurrence {occ.state.value}"
+    finally:
+        store.refuse = set()
+        await asyncio.wait_for(drain, 5)
+
+
+# F5 ------------------------------------------------------------------------------------------
+async def test_a_handler_cancelled_for_its_lease_is_not_recorded_dead(
+    clock: FakeClock, store: FaultyStore
+) -> None:
+    """lose() cancels the async handler; its cleanup raises something other than
+    CancelledError (a client library's own error, a failing 'finally: await close()').
+    _run classifies it handler_error and writes it: the store's lease is still valid (the
+    margin), so the fenced write applies and the occurrence is 'dead' (retries=0), where a
+    lease loss must write nothing and run again."""
+    app = make_app(clock, store)
+    started_event = asyncio.Event()
+
+    @app.task(name="work")
+    async def work(ctx) -> None:  # type: ignore[no-untyped-def]
+        started_event.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            raise ConnectionError("connection closed while cancelling")
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue("work")
+    await runtime.executor.tick()
+    await started_event.wait()
+    store.renew_errors = -1
+    for step in (3, 3, 2):  # t = 8: local deadline: lose() cancels the handler
+        clock.advance(step)
+        await runtime.heartbeater.tick()
+    await settle(runtime)
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None
+    assert occ.state is State.RUNNING, f"written {occ.state.value} ({occ.error_code})"
+    assert runtime.executor.counts["lease_lost"] == 1
+
+
+# F6 ------------------------------------------------------------------------------------------
+async def test_instants_within_misfire_grace_are_not_cut_by_a_shorter_window(
+    clock: FakeClock,
+) -> None:
+    """catch_up_window only bounds *missed* instants (older than misfire_grace). The new
+    walk start max(cursor, now - window) also drops instants still inside the grace
+    period when catch_up_window < misfire_grace (default grace 10 s)."""
+    from datetime import timedelta
+
+    from soloist import every
+    from soloist.stores.memory import MemoryStore
+
+    store = MemoryStore("memory://", clock=clock)
+    app = make_app(clock, store)  # misfire_grace 10 s (default)
+    app.job(every("1s"), name="tick", catch_up="all", catch_up_window="3s")(lambda ctx: None)
+    runtime = await started(app)
+    await runtime.planner.tick()
+    t0 = clock.now()
+    clock.advance(8)  # down 8 s: every instant is late but within the 10 s grace
+    await runtime.planner.tick()
+    plans = sorted(o.plan_time for o in await store.occurrence_list(job="tick", limit=100))
+    late = [p for p in plans if p <= clock.now()]
+    # t0+1 may have been planned by the first tick (lookahead); t0+2..t0+8 must all be there
+    assert [t0 + timedelta(seconds=s) for s in range(2, 9)] == [
+        p for p in late if p > t0 + timedelta(seconds=1)
+    ]
+
+
+# F7 ------------------------------------------------------------------------------------------
+async def test_a_claim_answered_after_its_local_deadline_is_not_run(
+    clock: FakeClock, store: FaultyStore
+) -> None:
+    """A claim processed at t=6 (store lease to 15) whose reply arrives at 14.95, past the
+    local deadline (14): the handler is not started (the store may reap the occurrence any
+    moment), nothing is written, and it runs again once reaped."""
+    app = make_app(clock, store)
+    ran: list[int] = []
+
+    @app.task(name="work")
+    async def work(ctx) -> None:  # type: ignore[no-untyped-def]
+        ran.append(ctx.fencing_token)
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue("work")
+    clock.advance(6)
+    inner_claim = store._inner.occurrence_claim
+
+    async def slow_claim(*a: Any, **k: Any) -> Any:
+        got = await inner_claim(*a, **k)
+        clock.advance(8.95)  # the reply arrives at t = 14.95
+        return got
+
+    store.occurrence_claim = slow_claim  # type: ignore[method-assign]
+    await runtime.executor.tick()
+    await settle(runtime)
+    assert ran == [] and runtime.executor.counts["lease_lost"] == 1
+    clock.advance(0.05)  # t = 15: the store's lease expires
+    assert [o.id for o in await store.occurrence_reap()] == [occ_id]
+    store.occurrence_claim = inner_claim  # type: ignore[method-assign]
+    await runtime.executor.tick()
+    await settle(runtime)
+    assert ran == [2]
+
+
+async def test_a_run_whose_lease_is_short_wakes_the_heartbeater(
+    clock: FakeClock, store: FaultyStore
+) -> None:
+    """A claim answered late leaves a lease deadline nearer than one heartbeat: the
+    heartbeater is woken so that it does not sleep past that deadline."""
+    app = make_app(clock, store)
+    woken: list[bool] = []
+    gate = asyncio.Event()
+
+    @app.task(name="work")
+    async def work(ctx) -> None:  # type: ignore[no-untyped-def]
+        await gate.wait()
+
+    runtime = await started(app)
+    runtime.executor.on_short_lease = lambda: woken.append(True)
+    await app.aenqueue("work")
+    inner_claim = store._inner.occurrence_claim
+
+    async def slow_claim(*a: Any, **k: Any) -> Any:
+        got = await inner_claim(*a, **k)
+        clock.advance(6)  # the reply arrives 6 s late: 2 s of trust left (< 3 s beat)
+        return got
+
+    store.occurrence_claim = slow_claim  # type: ignore[method-assign]
+    await runtime.executor.tick()
+    assert woken == [True]
+    gate.set()
+    await settle(runtime)

@@ -75,6 +75,7 @@ class Runtime:
             claimable=self.claimable_tasks,
             on_notified=lambda: self.planner.wake(),
             call_timeout=config.heartbeat,
+            on_short_lease=lambda: self.heartbeater.wake(),
         )
         self.planner = Planner(
             clock,

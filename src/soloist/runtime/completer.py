@@ -130,16 +130,14 @@ class Completer:
             self._pending.clear()
             self._writer = None
 
-    def _timeout(self, items: Sequence[_Pending]) -> float:
-        left = min(item.deadline() for item in items) - self.monotonic()
-        return max(MIN_CALL_TIMEOUT, min(self.call_timeout, left))
-
     async def _write(self, batch: Sequence[_Pending]) -> None:
         self.writes += 1
         try:
             applied = await asyncio.wait_for(
                 self.store.occurrence_complete(self.instance_id, [i.outcome for i in batch]),
-                self._timeout(batch),
+                # The write is fenced: a late one is harmless, so it gets a full call even
+                # when a lease deadline is near (that only decides whether to try again).
+                self.call_timeout,
             )
         except Exception as exc:
             loop = asyncio.get_running_loop()
@@ -157,13 +155,20 @@ class Completer:
         pause = FIRST_RETRY_PAUSE
         while not item.future.done():
             if self.monotonic() + pause >= item.deadline():
+                # One last look: the failed write may have committed after all.
+                with contextlib.suppress(Exception):
+                    if await asyncio.wait_for(self._committed(item.outcome), self.call_timeout):
+                        self.written += 1
+                        if not item.future.done():
+                            item.future.set_result(True)
+                        return
                 self._fail(item, error)
                 return
             await asyncio.sleep(pause)
             pause = min(MAX_RETRY_PAUSE, pause * 2)
             self.retried += 1
             try:
-                applied = await asyncio.wait_for(self._write_again(item), self._timeout([item]))
+                applied = await asyncio.wait_for(self._write_again(item), self.call_timeout)
             except Exception as exc:
                 error = exc
                 continue
@@ -176,8 +181,10 @@ class Completer:
         in fact committed (the row holds this very outcome under this runner's token)."""
         outcome = item.outcome
         applied = await self.store.occurrence_complete(self.instance_id, [outcome])
-        if outcome.id in applied:
-            return True
+        return outcome.id in applied or await self._committed(outcome)
+
+    async def _committed(self, outcome: Outcome) -> bool:
+        """Whether this runner's write of ``outcome`` is in the store already."""
         # The audit record is written in the same atomic step as the outcome, and only by
         # the write that ended this attempt (a reap writes ``crashed`` or ``crash_loop``).
         return any(

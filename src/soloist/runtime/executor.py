@@ -24,12 +24,13 @@ import asyncio
 import functools
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from soloist.clock import Clock
+from soloist.config import lease_margin
 from soloist.context import JobContext
 from soloist.errors import LeaseLostError, StoreError
 from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
@@ -42,17 +43,9 @@ from soloist.stores.base import Store
 
 #: How soon to look again when due work exists that could not be claimed (overlap=queue).
 BLOCKED_RECHECK = 0.2
-
-
-def lease_margin(ttl: float) -> float:
-    """How long before the store could expire a lease this runner stops trusting it: a
-    tenth of the TTL, at least a quarter of it up to one second (1 s for the default 10 s).
-
-    The store expires a lease ``ttl`` after it *processed* the last renewal; the runner
-    counts from when it *sent* it, which is earlier, and gives up ``margin`` sooner still,
-    so that an async handler is cancelled (and ``ctx.lease_lost`` is true) before any
-    instance can reap the occurrence, even with a busy event loop."""
-    return max(ttl * 0.1, min(1.0, ttl * 0.25))
+#: How many lease TTLs an outcome's write is retried for at most, even while its lease is
+#: renewed (a store that answers renewals but refuses that write).
+RECORD_BUDGET = 2
 
 
 INFO = logging.INFO
@@ -93,6 +86,7 @@ class Executor(Service):
         claimable: Callable[[], list[str]] | None = None,
         on_notified: Callable[[], None] = lambda: None,
         call_timeout: timedelta | None = None,
+        on_short_lease: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(clock, instance_id)
         self.store = store
@@ -102,6 +96,9 @@ class Executor(Service):
         self.claimable = claimable or (lambda: list(registry.tasks))
         #: Called when the store signals that something changed (work or schedules).
         self.on_notified = on_notified
+        #: Called when a run starts whose lease deadline is nearer than one heartbeat
+        #: (its claim was answered late): the heartbeater must wake for it.
+        self.on_short_lease = on_short_lease
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
         self._ttl = lease_ttl.total_seconds()
@@ -198,16 +195,31 @@ class Executor(Service):
             # ctx.heartbeat(): a store that does not answer right now is not a lost lease;
             # only the lease deadline is (the handler is not made to fail by a blip).
             try:
-                return await self.renew([occ.id])
+                return await self.renew([run])
             except Exception:
                 self.check_leases()
                 return not ctx.lease_lost
 
         ctx = JobContext.for_occurrence(occ, self.instance_id, log, renew, loop)
         run = Run(occ, ctx, started + self._ttl - self.lease_margin, started=started)
+        stale = self.active.get(occ.id)
+        if stale is not None:
+            # Reaped and claimed again by this instance while the lost run's (sync) handler
+            # still runs: the new run takes its place; the stale one ends on its own, and
+            # its fenced write is refused.
+            self.lose(stale)
+            if stale.recorded:
+                self.recording -= 1
         self.active[occ.id] = run
+        left = run.lease_deadline - self.clock.monotonic()
+        if left <= 0:
+            # The claim's answer came after the lease could be trusted: the handler is not
+            # started (the store may reap it any moment); it runs again once reaped.
+            ctx.lease_lost = True
+        elif left < self.call_timeout:
+            self.on_short_lease()  # the heartbeater must not sleep past this deadline
         task = run.task = loop.create_task(self._run(run), name=f"soloist-run-{occ.id}")
-        task.add_done_callback(functools.partial(self._finished, occ.id))
+        task.add_done_callback(functools.partial(self._finished, run))
         metrics = self.metrics
         if metrics is not None and occ.attempt == 1 and occ.started_at is not None:
             lateness = (occ.started_at - occ.plan_time).total_seconds()
@@ -231,10 +243,11 @@ class Executor(Service):
         running = len(self.active) - self.recording
         return min(self.concurrency - running, 2 * self.concurrency - len(self.active))
 
-    def _finished(self, occurrence_id: str, _task: object = None) -> None:
-        run = self.active.pop(occurrence_id, None)
-        if run is not None and run.recorded:
-            self.recording -= 1
+    def _finished(self, run: Run, _task: object = None) -> None:
+        if self.active.get(run.occ.id) is run:
+            del self.active[run.occ.id]
+            if run.recorded:
+                self.recording -= 1
         self.wake()
 
     async def _run(self, run: Run) -> None:
@@ -245,6 +258,8 @@ class Executor(Service):
         result: Any = None
         cancelled = False
         try:
+            if ctx.lease_lost:  # lost before it started (a claim answered too late)
+                raise LeaseLostError("the claim's answer came after its lease deadline")
             result = await self._invoke(task, ctx, occ)
         except LeaseLostError as exc:
             code, message = ErrorCode.LEASE_LOST, str(exc)
@@ -254,7 +269,7 @@ class Executor(Service):
         except asyncio.CancelledError:
             if run.released:
                 return  # graceful shutdown: the lease was handed back
-            if run.cancelled_for_lease:
+            if run.cancelled_for_lease:  # (any other exit after that is classified below)
                 code, message = ErrorCode.LEASE_LOST, "lease lost while running; cancelled"
             else:  # cancelled by the handler itself or by the event loop closing
                 code, message, cancelled = ErrorCode.CANCELLED, "cancelled", True
@@ -264,6 +279,10 @@ class Executor(Service):
         except BaseException as exc:  # SystemExit, KeyboardInterrupt raised by a handler
             code = ErrorCode.HANDLER_PANIC
             message = _describe(exc)
+        if run.cancelled_for_lease and code is not None:
+            # Whatever the handler raised while being cancelled for its lease (a cleanup
+            # that failed, a library wrapping the cancellation), the lease is gone.
+            code, message = ErrorCode.LEASE_LOST, "lease lost while running; cancelled"
         if run.released:
             return
         await self._record(run, task, code, message, result)
@@ -313,10 +332,17 @@ class Executor(Service):
         # No await between the check above and the hand-over: drain() sees either a
         # released run or a recorded one. The lease is renewed until the write is done.
         run.recorded = True
-        self.recording += 1
+        if self.active.get(occ.id) is run:
+            self.recording += 1
         self.wake()  # its slot is free
+        # Retried until the lease deadline, and at most RECORD_BUDGET leases in all: an
+        # outcome the store refuses for good must not hold its lease (and a shutdown)
+        # forever; given up, the occurrence is reaped and runs again, as after a crash.
+        give_up = self.clock.monotonic() + RECORD_BUDGET * self._ttl
         try:
-            applied = await self.completer.complete(outcome, lambda: run.lease_deadline)
+            applied = await self.completer.complete(
+                outcome, lambda: min(run.lease_deadline, give_up)
+            )
         except Exception as exc:
             self.counts["unrecorded"] += 1
             if self.metrics is not None:
@@ -392,15 +418,15 @@ class Executor(Service):
             extra={"action": "lease_lost", "error_code": ErrorCode.LEASE_LOST.value},
         )
 
-    async def renew(self, ids: list[str]) -> bool:
-        """Renew the leases of ``ids`` now; mark lost ones. True if all were renewed.
+    async def renew(self, runs: Sequence[Run]) -> bool:
+        """Renew the leases of ``runs`` now; mark lost ones. True if all were renewed.
 
         The store call has a deadline: the call timeout, and no later than the earliest
         lease deadline among them. A renewal extends the local deadline from when it was
         *sent*. Runs whose outcome is being written are renewed too (their write may have
         to be retried), but a renewal that finds their row finished means nothing: the
         fenced write says whether it applied. Runs already lost are left out."""
-        runs = [r for r in map(self.active.get, ids) if r is not None and not r.ctx.lease_lost]
+        runs = [r for r in runs if not r.ctx.lease_lost and not r.released]
         if not runs:
             return False
         sent = self.clock.monotonic()
@@ -435,7 +461,7 @@ class Executor(Service):
     def lose(self, run: Run) -> None:
         """The lease of ``run`` is gone: tell the handler, cancel it if it is async. (Not
         once its outcome is being written: that write, fenced, says whether it applied.)"""
-        if run.ctx.lease_lost or run.recorded:
+        if run.ctx.lease_lost or run.recorded or run.released:
             return
         run.ctx.lease_lost = True
         run.ctx.logger.warning(
@@ -469,27 +495,45 @@ class Executor(Service):
         # Runs whose outcome is queued finish by themselves: write those outcomes first,
         # and release only the rest (marked released first, so none records meanwhile).
         leftovers = [r for r in self.active.values() if not r.recorded and not r.ctx.lease_lost]
+        cancelled = []
         for run in leftovers:
             run.released = True
             if run.task is not None and self.registry.task(run.occ.task).is_async:
                 run.task.cancel()
-        await self.completer.drain()
+                cancelled.append(run.task)
+        if cancelled:  # let them unwind (finally blocks) before another instance starts
+            await asyncio.wait(cancelled, timeout=self.call_timeout)
         if leftovers:
-            released = await self.store.lease_release(
-                self.instance_id, [r.claim for r in leftovers]
-            )
+            try:
+                released = await asyncio.wait_for(
+                    self.store.lease_release(self.instance_id, [r.claim for r in leftovers]),
+                    self.call_timeout,
+                )
+            except Exception as exc:
+                released = set()
+                log.warning(
+                    "could not release %d running occurrence(s) (%s); they run again on "
+                    "another instance once their leases expire",
+                    len(leftovers),
+                    exc,
+                    extra={"action": "release_failed", "instance_id": self.instance_id},
+                )
             if self.metrics is not None:
                 for run in leftovers:
                     if run.occ.id in released:
                         self.metrics.run_finished(run.occ.job, "released")
+        if leftovers and released:
             log.warning(
                 "grace period over: released %d running occurrence(s) for another instance",
                 len(released),
                 extra={"action": "released", "instance_id": self.instance_id},
             )
+        await self.completer.drain()  # bounded: each outcome by its lease and budget
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _describe(exc: BaseException) -> str:
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    # NUL is the one character no store keeps in text (PostgreSQL refuses it outright).
+    text = text.replace("\x00", "\\x00")
     return text if len(text) <= 2000 else text[:2000] + "..."

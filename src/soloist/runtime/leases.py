@@ -49,12 +49,12 @@ class Heartbeater(Service):
 
     async def tick(self) -> float:
         executor = self.executor
-        executor.check_leases()  # first: a wake-up at a deadline acts at that deadline
-        ids = list(executor.active)
+        runs = list(executor.active.values())
         wait = self.interval
-        if ids:
+        if runs:
             try:
-                await executor.renew(ids)
+                # At a deadline the renewal gets only what is left of it (a short try).
+                await executor.renew(runs)
                 self.failures = 0
             except Exception as exc:
                 # A broken connection is usually replaced at once: try again soon, and
@@ -108,14 +108,15 @@ class Reaper(Service):
             dead = occ.state is State.DEAD
             self.log(
                 logging.ERROR if dead else logging.WARNING,
-                "lease of %s (plan %s, attempt %d) held by %s expired (crash %d of %d allowed): %s",
+                "lease of %s (plan %s, attempt %d) held by %s expired: %s",
                 occ.job,
                 occ.plan_time.isoformat(),
                 max(occ.attempt, 1) if dead else occ.attempt + 1,
                 occ.instance_id,
-                occ.crashes,
-                occ.max_crashes,
-                "dead (crash_loop): its runner keeps dying" if dead else "runs again",
+                f"crashed {occ.crashes} times (max_crashes={occ.max_crashes}): dead "
+                "(crash_loop), its runner keeps dying"
+                if dead
+                else f"runs again (crash {occ.crashes} of {occ.max_crashes} allowed)",
                 action="lease_expired",
                 job=occ.job,
                 scope=occ.scope,

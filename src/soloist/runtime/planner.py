@@ -175,9 +175,11 @@ class Planner(Service):
         latest_missed: datetime | None = None
         last_walked: datetime | None = None
         start = base
-        if window is not None and start < now - window - _TICK:
-            # Instants older than the window are not kept anyway (next_after is strict).
-            start = now - window - _TICK
+        # Instants older than the window are not kept anyway (next_after is strict); those
+        # within the misfire grace are not missed, whatever the window.
+        floor = min(now - window, missed_before) - _TICK if window is not None else None
+        if floor is not None and start < floor:
+            start = floor
         if job.policy.catch_up is not CatchUp.ALL and start < missed_before:
             start = newest_walk_start(job.schedule, start, missed_before)
         t = start
