@@ -107,8 +107,13 @@ async def test_timed_out_sync_handlers_do_not_swallow_later_runs(
     with caplog.at_level(logging.WARNING, logger="soloist"):
         first = await h.app.aenqueue("stuck")
         await h.leaked(1)
-    [timed_out] = [o for o in await h.app.ahistory(job="stuck") if o.id == first]
-    assert timed_out.state is State.DEAD and timed_out.error_code == ErrorCode.TIMEOUT.value
+
+    async def recorded() -> Any:
+        found = [o for o in await h.app.ahistory(job="stuck") if o.id == first]
+        return found[0] if found and found[0].state is State.DEAD else None
+
+    timed_out = await h.until(recorded, "the timed-out run to be recorded")
+    assert timed_out.error_code == ErrorCode.TIMEOUT.value
     leaks = [r for r in caplog.records if getattr(r, "action", "") == "leaked_thread"]
     assert len(leaks) == 1 and "stuck" in leaks[0].getMessage()
 
