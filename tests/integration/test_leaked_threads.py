@@ -56,7 +56,7 @@ class Harness:
 
     async def leaked(self, count: int) -> None:
         async def probe() -> bool:
-            return (await self.workers())["leaked_threads"] == count
+            return bool((await self.workers())["leaked_threads"] == count)
 
         await self.until(probe, f"{count} leaked thread(s)")
 

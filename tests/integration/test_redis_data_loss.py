@@ -183,7 +183,7 @@ async def test_a_restart_without_persistence_is_detected(
     """The server restarts empty: one ERROR names the store and the cause, the metric
     and /status count it, /readyz warns, and schema, identity and jobs are back."""
     r = running
-    identity = r.raw.get(r.key("identity"))
+    identity = str(r.raw.get(r.key("identity")) or "")
     assert identity and await r.lost_count() == 0
     with caplog.at_level(logging.INFO, logger="soloist"):
         server.stop()
@@ -196,8 +196,8 @@ async def test_a_flush_is_detected(
 ) -> None:
     """FLUSHALL under a running scheduler: reported and set up again, as a restart."""
     r = running
-    identity = r.raw.get(r.key("identity"))
-    assert identity is not None
+    identity = str(r.raw.get(r.key("identity")) or "")
+    assert identity
     with caplog.at_level(logging.INFO, logger="soloist"):
         r.raw.flushall()
         await check_recovered(r, caplog, identity, 1)
