@@ -296,8 +296,10 @@ class Executor(Service):
             return await asyncio.wait_for(task.fn(ctx, **occ.payload), task.timeout.total_seconds())
         call = functools.partial(task.fn, ctx, **occ.payload)
         if task.timeout is None:
-            return await self.pool.run(call)
-        return await asyncio.wait_for(self.pool.run(call), task.timeout.total_seconds())
+            return await self.pool.run(call, name=occ.job)
+        return await asyncio.wait_for(
+            self.pool.run(call, name=occ.job), task.timeout.total_seconds()
+        )
 
     async def _record(
         self,
