@@ -534,11 +534,15 @@ class Scheduler:
         ):
             return await self._ready_portal_store()
         if self._store is None:
-            self._store = self._given_store or open_store(self.config.store_url, clock=None)
+            self._store = self._given_store or self._open_store()
         if not self._store_ready:
             await self._store.migrate()
             self._store_ready = True
         return self._store
+
+    def _open_store(self) -> Store:
+        # The drivers derive their timeouts from the lease TTL (soloist.stores.deadlines).
+        return open_store(self.config.store_url, clock=None, lease_ttl=self.config.lease_ttl)
 
     @property
     def _own_portal_store(self) -> bool:
@@ -548,7 +552,7 @@ class Scheduler:
     async def _ready_portal_store(self) -> Store:
         async with self._portal_store_lock:
             if self._portal_store is None:
-                store = open_store(self.config.store_url, clock=None)
+                store = self._open_store()
                 try:
                     await store.migrate()
                 except BaseException:

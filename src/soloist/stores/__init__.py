@@ -6,9 +6,12 @@ Drivers are imported lazily so that the core never imports one it does not use.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from soloist.clock import Clock
 from soloist.errors import ConfigError
 from soloist.stores.base import Store
+from soloist.stores.deadlines import lease_ttl_seconds as lease_seconds
 
 DEFAULT_STORE_URL = "sqlite:///soloist.db"
 
@@ -31,9 +34,17 @@ def check_store_url(url: str) -> str:
     return scheme
 
 
-def open_store(url: str, *, clock: Clock | None = None) -> Store:
-    """Return the store for ``url`` (not yet migrated; call ``await store.migrate()``)."""
+def open_store(
+    url: str, *, clock: Clock | None = None, lease_ttl: float | timedelta | None = None
+) -> Store:
+    """Return the store for ``url`` (not yet migrated; call ``await store.migrate()``).
+
+    ``lease_ttl`` (seconds or a timedelta): the lease TTL of the instances using the store,
+    from which its drivers derive their timeouts (call deadlines, keepalives, SQLite's busy
+    timeout: see :mod:`soloist.stores.deadlines`), so that a call on a dead connection fails
+    within a bound. None (tools, the CLI): keepalives, but no call deadline."""
     scheme = check_store_url(url)
+    lease_seconds(lease_ttl)  # a bad value fails here, for every scheme
     if scheme == "memory":
         from soloist.stores.memory import MemoryStore
 
@@ -46,7 +57,7 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
                 f"store URL scheme {scheme!r} needs psycopg 3: pip install 'soloist[postgres]' "
                 f"({exc})"
             ) from None
-        return PostgresStore(url, clock=clock)
+        return PostgresStore(url, clock=clock, lease_ttl=lease_ttl)
     if scheme in ("redis", "rediss"):
         try:
             from soloist.stores.redis import RedisStore
@@ -54,7 +65,7 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
             raise ConfigError(
                 f"store URL scheme {scheme!r} needs redis-py: pip install 'soloist[redis]' ({exc})"
             ) from None
-        return RedisStore(url, clock=clock)
+        return RedisStore(url, clock=clock, lease_ttl=lease_ttl)
     from soloist.stores.sqlite import SQLiteStore
 
-    return SQLiteStore(url, clock=clock)
+    return SQLiteStore(url, clock=clock, lease_ttl=lease_ttl)

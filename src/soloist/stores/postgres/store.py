@@ -22,8 +22,14 @@ from soloist.models import (
     State,
 )
 from soloist.stores._values import aware_utc, positive_ttl
+from soloist.stores.deadlines import Deadlines
 from soloist.stores.postgres import codec, migrations
-from soloist.stores.postgres.connections import ORDERED_WALK, ORDERED_WALK_END, Connections
+from soloist.stores.postgres.connections import (
+    ORDERED_WALK,
+    ORDERED_WALK_END,
+    Conn,
+    Connections,
+)
 from soloist.stores.postgres.coordination import Coordination
 from soloist.stores.postgres.queries import Queries
 from soloist.stores.postgres.url import parse_url
@@ -42,42 +48,54 @@ class PostgresStore:
     clock only to move time by hand in tests; it then replaces the database's clock for
     those methods. ``schema``: the PostgreSQL schema holding this app's tables (default
     ``soloist``, or the URL's ``schema`` parameter), created by :meth:`migrate`.
+    ``lease_ttl``: the lease TTL the driver's timeouts derive from (see
+    :mod:`soloist.stores.deadlines`); None: no call deadline.
 
     Connections open lazily, a small pool per event loop. Cancelling a call does not undo
     a statement the server already ran: a claim lost that way is reaped when its lease
     expires."""
 
-    def __init__(self, url: str, *, clock: Clock | None = None, schema: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        schema: str | None = None,
+        lease_ttl: float | timedelta | None = None,
+    ):
         self.url = url
         self.target = parse_url(url, schema)
         self.schema = self.target.schema
         self._clock = clock
         self._sql = Queries(self.schema)
         self._coord = Coordination(self.schema)
-        self._conns = Connections(self.target)
+        self._conns = Connections(self.target, deadlines=Deadlines.from_ttl(lease_ttl))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.target.display})"
 
     # -- plumbing ---------------------------------------------------------------------------
     async def _rows(self, query: str, params: dict[str, Any]) -> list[Row]:
+        async def fetch(conn: Conn) -> list[Row]:
+            cursor = await conn.execute(query, params)
+            return await cursor.fetchall() if cursor.description is not None else []
+
         with self._conns.translated():
-            pool = await self._conns.pool()
-            async with pool.connection() as conn:
-                cursor = await conn.execute(query, params)
-                return await cursor.fetchall() if cursor.description is not None else []
+            return await self._conns.using(fetch)
 
     async def _walk(self, query: str, params: dict[str, Any]) -> list[Row]:
         """Rows of a statement that must read the claim index in order and stop early (see
         ``connections.ORDERED_WALK``), pipelined with its setting into one round trip."""
+
+        async def fetch(conn: Conn) -> list[Row]:
+            async with conn.pipeline():
+                await conn.execute(ORDERED_WALK)
+                cursor = await conn.execute(query, params)
+                await conn.execute(ORDERED_WALK_END)
+            return await cursor.fetchall()
+
         with self._conns.translated():
-            pool = await self._conns.pool()
-            async with pool.connection() as conn:
-                async with conn.pipeline():
-                    await conn.execute(ORDERED_WALK)
-                    cursor = await conn.execute(query, params)
-                    await conn.execute(ORDERED_WALK_END)
-                return await cursor.fetchall()
+            return await self._conns.using(fetch)
 
     async def _row(self, query: str, params: dict[str, Any]) -> Row | None:
         rows = await self._rows(query, params)
@@ -91,10 +109,14 @@ class PostgresStore:
 
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
+        # A connection of its own, without the call deadline: a migration may build an
+        # index on a large table, or wait for another instance's migration to end.
         with self._conns.translated():
-            pool = await self._conns.pool()
-            async with pool.connection() as conn:
+            conn = await self._conns.connect()
+            try:
                 await migrations.migrate(conn, self.schema)
+            finally:
+                await conn.close()
 
     async def close(self) -> None:
         await self._conns.close_all()

@@ -6,6 +6,14 @@ redis-py's asyncio connections belong to the loop that opened them. The sync API
 soloist runs short calls on other loops (a private one, or ``asyncio.run`` per call), so
 clients are kept per loop; a client whose loop has ended is dropped (its sockets are
 closed by the garbage collector: they cannot be closed politely without their loop).
+
+Dead connections (see :mod:`soloist.stores.deadlines`): a reply not read within the socket
+timeout (the lease TTL, unless the URL sets one) fails the call and closes its connection;
+TCP keepalives and ``TCP_USER_TIMEOUT`` drop a connection to a peer that stopped answering,
+also while it is idle. A subscription gets no replies to wait for, so it is checked by
+hand: after half a socket timeout without a message, a ``PING`` is sent on it, and a
+subscription that has not answered within a socket timeout is dropped
+(StoreUnavailableError), so a wait never listens to a dead connection for ever.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +39,7 @@ from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from soloist.errors import StoreError, StoreUnavailableError
+from soloist.stores.deadlines import Deadlines
 from soloist.stores.redis.url import RedisTarget
 
 __all__ = ["SCRIPTS", "Connections", "script_source"]
@@ -54,9 +64,20 @@ def script_sha(name: str) -> str:
 class Connections:
     """Clients (per event loop) and the wake-up subscription of one store. Thread-safe."""
 
-    def __init__(self, target: RedisTarget, *, max_connections: int = 16) -> None:
+    def __init__(
+        self,
+        target: RedisTarget,
+        *,
+        deadlines: Deadlines | None = None,
+        max_connections: int = 16,
+    ) -> None:
         self.target = target
+        self.deadlines = deadlines or Deadlines.from_ttl(None)
         self._max_connections = max_connections
+        # The subscription's liveness: when it last proved alive (loop time), and when a
+        # PING was sent on it that has not been answered yet.
+        self._heard = 0.0
+        self._pinged: float | None = None
         self._lock = threading.Lock()
         self._clients: dict[asyncio.AbstractEventLoop, aioredis.Redis] = {}
         self._pubsub: tuple[asyncio.AbstractEventLoop, PubSub] | None = None
@@ -108,6 +129,8 @@ class Connections:
             # backs off and calls again, knowing what it asks for.
             retry=Retry(NoBackoff(), 0),
             client_name="soloist",
+            socket_keepalive=True,
+            socket_keepalive_options=_keepalive_options(self.deadlines),
         )
         client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # closes the pool with it
         return client
@@ -158,7 +181,35 @@ class Connections:
             self._close_later(pubsub)
             raise
         self._pubsub = (loop, pubsub)
+        self._heard, self._pinged = loop.time(), None
         return pubsub, True
+
+    async def wake_message(self, pubsub: PubSub, timeout: float) -> dict[str, Any] | None:
+        """The next message of the subscription within ``timeout`` seconds, else None.
+        After half a socket timeout without any message a PING is sent; when it has not
+        been answered (or anything else received) within the socket timeout, the
+        subscription is dead: StoreUnavailableError (call inside translated(); the caller
+        drops the subscription)."""
+        loop = asyncio.get_running_loop()
+        limit = self.target.socket_timeout
+        now = loop.time()
+        if self._pinged is None and now - self._heard >= limit / 2:
+            await pubsub.ping()  # only sent: the answer comes as a "pong" message
+            self._pinged = now
+        if self._pinged is not None:
+            overdue = self._pinged + limit - now
+            if overdue <= 0:
+                raise StoreUnavailableError(
+                    f"Redis store {self.target.display}: the wake-up subscription did not "
+                    f"answer PING within {limit:g}s"
+                )
+            timeout = min(timeout, overdue)
+        message: dict[str, Any] | None = await pubsub.get_message(
+            ignore_subscribe_messages=True, timeout=max(0.0, timeout)
+        )
+        if message is not None:
+            self._heard, self._pinged = loop.time(), None
+        return message
 
     async def _subscribe(self, pubsub: PubSub) -> None:
         await pubsub.subscribe(self.target.channel)
@@ -198,6 +249,17 @@ class Connections:
                 await asyncio.wait([asyncio.wrap_future(future)], timeout=5)
         if self._closing:
             await asyncio.wait(set(self._closing), timeout=5)
+
+
+def _keepalive_options(deadlines: Deadlines) -> dict[int, int]:
+    """TCP keepalive and user timeout socket options (those this platform has)."""
+    wanted = {
+        "TCP_KEEPIDLE": deadlines.keepalive_idle,
+        "TCP_KEEPINTVL": deadlines.keepalive_interval,
+        "TCP_KEEPCNT": deadlines.keepalive_count,
+        "TCP_USER_TIMEOUT": deadlines.user_timeout_ms,
+    }
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -24,6 +24,7 @@ from soloist.models import (
     State,
 )
 from soloist.stores._values import positive_ttl
+from soloist.stores.deadlines import Deadlines
 from soloist.stores.redis import codec
 from soloist.stores.redis.connections import Connections
 from soloist.stores.redis.url import parse_url
@@ -44,14 +45,22 @@ class RedisStore:
 
     ``clock``: by default (None) the Redis server's ``TIME`` is the store's clock, read
     inside each script. Give a clock only to move time by hand in tests; it then replaces
-    the server's clock for methods called with ``now=None``."""
+    the server's clock for methods called with ``now=None``. ``lease_ttl``: the lease TTL
+    the driver's timeouts derive from (see :mod:`soloist.stores.deadlines`)."""
 
-    def __init__(self, url: str, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        lease_ttl: float | timedelta | None = None,
+    ) -> None:
         self.url = url
-        self.target = parse_url(url)
+        deadlines = Deadlines.from_ttl(lease_ttl)
+        self.target = parse_url(url).bounded(deadlines)
         self.prefix = self.target.prefix
         self._clock = clock
-        self._conns = Connections(self.target)
+        self._conns = Connections(self.target, deadlines=deadlines)
         hmax = self.target.history_max
         age = self.target.history_age
         self._common = [self.target.base, "", str(hmax), str(age // _US if age else 0)]
@@ -173,9 +182,7 @@ class RedisStore:
                 woken = False
                 while not woken:
                     left = deadline - loop.time()
-                    message = await pubsub.get_message(
-                        ignore_subscribe_messages=True, timeout=max(0.0, left)
-                    )
+                    message = await self._conns.wake_message(pubsub, max(0.0, left))
                     woken = message is not None and message.get("type") == "message"
                     if not woken and left <= 0:
                         return False

@@ -5,11 +5,14 @@ shown in messages (never the password).
 Options: ``prefix`` (default ``soloist``: every key is ``{prefix}:...``), ``history_max``
 (finished occurrences kept, default 100000, 0: no count limit), ``history_age`` (how long
 finished occurrences are kept, default ``30d``, ``0``: no age limit), ``socket_timeout`` and
-``socket_connect_timeout`` (seconds, for the driver). Anything else is refused, naming it.
+``socket_connect_timeout`` (seconds, for the driver: given, they win over the timeouts a
+store derives from the lease TTL, see :meth:`RedisTarget.bounded`). Anything else is
+refused, naming it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -17,6 +20,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError
+from soloist.stores.deadlines import Deadlines
 
 __all__ = [
     "DEFAULT_HISTORY_AGE",
@@ -53,6 +57,20 @@ class RedisTarget:
     #: A password-free description for messages.
     display: str
     password: str | None = field(default=None, repr=False)
+    #: The options the URL sets (``prefix``, ``socket_timeout``, ...).
+    given: frozenset[str] = frozenset()
+
+    def bounded(self, deadlines: Deadlines) -> RedisTarget:
+        """This target with the timeouts of ``deadlines`` (derived from the lease TTL)
+        where the URL does not set them: a reply is waited for at most the call deadline
+        (a store without one keeps the 60 s default), a connection at most the connect
+        deadline."""
+        timeout, connect = self.socket_timeout, self.socket_connect_timeout
+        if "socket_timeout" not in self.given and deadlines.call is not None:
+            timeout = deadlines.call
+        if "socket_connect_timeout" not in self.given:
+            connect = min(connect, deadlines.connect)
+        return dataclasses.replace(self, socket_timeout=timeout, socket_connect_timeout=connect)
 
     @property
     def base(self) -> str:
@@ -122,6 +140,7 @@ def parse_url(url: str) -> RedisTarget:
         socket_connect_timeout=_seconds(options, "socket_connect_timeout", CONNECT_TIMEOUT, shown),
         display=display,
         password=unquote(parts.password) if parts.password else None,
+        given=frozenset(options),
     )
 
 

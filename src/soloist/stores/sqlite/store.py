@@ -27,13 +27,15 @@ from soloist.models import (
     State,
 )
 from soloist.stores._values import new_ids, positive_ttl, result_json
+from soloist.stores.deadlines import Deadlines
 from soloist.stores.sqlite import codec, coordination, migrations, ops
 
 __all__ = ["SQLiteStore", "sqlite_path"]
 
 T = TypeVar("T")
 
-#: How long a writer waits for another process's write lock before failing.
+#: How long a writer waits for another process's write lock before failing, at most (a
+#: store opened with a lease TTL waits half of it: see soloist.stores.deadlines).
 BUSY_TIMEOUT_S = 10.0
 _OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
 
@@ -66,9 +68,16 @@ class SQLiteStore:
     back on the worker thread as it would have, and only the result is dropped (a claim
     lost this way is reaped when its lease expires)."""
 
-    def __init__(self, url: str, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        lease_ttl: float | timedelta | None = None,
+    ) -> None:
         self.url = url
         self.path = sqlite_path(url)
+        self.busy_timeout = min(BUSY_TIMEOUT_S, Deadlines.from_ttl(lease_ttl).busy)
         self._clock: Clock = clock or SystemClock()
         # One thread owns the connection: sqlite3 objects must stay on the thread that made
         # them, and the store must work from whichever event loop calls it.
@@ -105,12 +114,12 @@ class SQLiteStore:
         if self.path != ":memory:" and not os.path.isdir(directory):
             raise StoreUnavailableError(f"{what}: directory {directory!r} does not exist")
         try:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"{what}: {exc}") from exc
         try:
             conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             # WAL lets readers run beside the one writer; NORMAL is durable across
             # application crashes in WAL mode, and only fsyncs at checkpoints.
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
