@@ -241,10 +241,11 @@ async def test_bulk_insert_reads_back_shared_and_distinct_columns(store: Postgre
             max_attempts=n + 1,
             overlap=(Overlap.ALLOW, Overlap.SKIP, Overlap.QUEUE)[n % 3],
             payload={"n": n},
+            max_crashes=n,
         )
         for n in range(5)
     ]
-    shared = [new_occurrence(f"s{n}", job="same", due_at=base) for n in range(4)]
+    shared = [new_occurrence(f"s{n}", job="same", due_at=base, max_crashes=0) for n in range(4)]
     single = [new_occurrence("one", job="lone", kind=Kind.TRIGGER, max_attempts=3)]
     for items in (mixed, shared, single):
         assert await store.occurrence_insert_many(items) == len(items)
@@ -253,10 +254,11 @@ async def test_bulk_insert_reads_back_shared_and_distinct_columns(store: Postgre
         occ = stored[item.dedupe_key]
         got = (occ.job, occ.task, occ.scope, occ.plan_time, occ.due_at, occ.kind)
         assert got == (item.job, item.task, item.scope, item.plan_time, item.due_at, item.kind)
-        assert (occ.max_attempts, occ.overlap, occ.payload) == (
+        assert (occ.max_attempts, occ.overlap, occ.payload, occ.max_crashes) == (
             item.max_attempts,
             item.overlap,
             item.payload,
+            item.max_crashes,
         )
         assert occ.state == State.SCHEDULED and len(occ.id) == 32
 
@@ -331,35 +333,61 @@ def _indexes(dsn: str, schema: str) -> set[str]:
     return {row[0] for row in rows}
 
 
+def _old_schema(dsn: str, schema: str, version: int, *rows: tuple[str, str, str]) -> None:
+    """Schema ``schema`` at migration ``version`` holding ``rows`` written with that
+    version's columns, each (id and dedupe key, state, overlap): job 'job', task 'task',
+    planned and due LONG_AGO; a running one is held by 'i1' since LONG_AGO (attempt 1,
+    token 1) with a lease that expired at LONG_AGO + TTL."""
+    name = sql.Identifier(schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(name))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.schema_version (version integer PRIMARY KEY, "
+                "applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            ).format(name)
+        )
+        for number in range(1, version + 1):
+            for statement in MIGRATIONS[number - 1]:
+                conn.execute(sql.SQL(statement).format(schema=name))
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_version (version) VALUES (%s)").format(name),
+                (number,),
+            )
+        for occ_id, state, overlap in rows:
+            running = state == "running"
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.occurrences (id, dedupe_key, job, task, scope, plan_time, "
+                    "due_at, kind, state, attempt, max_attempts, overlap, payload, "
+                    "instance_id, lease_expires_at, fencing_token, created_at, started_at) "
+                    "VALUES (%(id)s, %(id)s, 'job', 'task', '', %(t)s, %(t)s, 'schedule', "
+                    "%(state)s, %(attempt)s, 1, %(overlap)s, '{{\"n\": 1}}', %(inst)s, "
+                    "%(lease)s, %(attempt)s, %(t)s, %(started)s)"
+                ).format(name),
+                {
+                    "id": occ_id,
+                    "t": LONG_AGO,
+                    "state": state,
+                    "attempt": int(running),
+                    "overlap": overlap,
+                    "inst": "i1" if running else None,
+                    "lease": LONG_AGO + TTL if running else None,
+                    "started": LONG_AGO if running else None,
+                },
+            )
+
+
 async def test_migration_3_keeps_rows_and_trims_the_indexes(
     postgres_dsn: str, postgres_url: str
 ) -> None:
     """A schema at version 2 migrates to 3 keeping its rows: renewals touch no index
     (no lease index) and enqueued tasks get no sibling entry; overlap rules still hold."""
     schema = parse_url(postgres_url).schema
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {}.schema_version (version integer PRIMARY KEY, "
-                "applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
-            ).format(sql.Identifier(schema))
-        )
-        for version in (1, 2):
-            for statement in MIGRATIONS[version - 1]:
-                conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
-            conn.execute(
-                sql.SQL("INSERT INTO {}.schema_version (version) VALUES (%s)").format(
-                    sql.Identifier(schema)
-                ),
-                (version,),
-            )
+    _old_schema(postgres_dsn, schema, 2, ("a", "scheduled", "skip"))
     assert "occurrences_lease" in _indexes(postgres_dsn, schema)
     store = PostgresStore(postgres_url)
     try:
-        first, _ = await store.occurrence_insert(
-            new_occurrence("a", due_at=LONG_AGO, overlap=Overlap.SKIP)
-        )
         await store.migrate()
         assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
         indexes = _indexes(postgres_dsn, schema)
@@ -368,7 +396,7 @@ async def test_migration_3_keeps_rows_and_trims_the_indexes(
         later, _ = await store.occurrence_insert(
             new_occurrence("b", due_at=LONG_AGO + timedelta(seconds=1), overlap=Overlap.SKIP)
         )
-        assert [o.id for o in await claim(store)] == [first.id]
+        assert [o.id for o in await claim(store)] == ["a"]
         skipped = await store.occurrence_get(later.id)
         assert skipped is not None and skipped.state == State.SKIPPED
     finally:
@@ -380,29 +408,54 @@ async def test_a_schema_at_version_1_migrates_keeping_its_rows(
 ) -> None:
     """A schema from before the election tables gains them, keeping its occurrences."""
     schema = parse_url(postgres_url).schema
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {}.schema_version (version integer PRIMARY KEY, "
-                "applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
-            ).format(sql.Identifier(schema))
-        )
-        for statement in MIGRATIONS[0]:
-            conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
-        conn.execute(
-            sql.SQL("INSERT INTO {}.schema_version (version) VALUES (1)").format(
-                sql.Identifier(schema)
-            )
-        )
+    _old_schema(postgres_dsn, schema, 1, ("old", "scheduled", "allow"))
     store = PostgresStore(postgres_url)
-    old, _ = await store.occurrence_insert(new_occurrence("old", due_at=LONG_AGO))
     await store.migrate()
     assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
-    assert await store.occurrence_get(old.id) == old
+    old = await store.occurrence_get("old")
+    assert old is not None
+    assert (old.state, old.due_at, old.payload) == (State.SCHEDULED, LONG_AGO, {"n": 1})
     lease = await store.leader_attempt_elect("main", "a", TTL)
     assert lease is not None and lease.epoch == 1
     await store.close()
+
+
+async def test_a_schema_at_version_3_gains_crash_counts_keeping_its_rows(
+    postgres_dsn: str, postgres_url: str
+) -> None:
+    """Migration 4 adds crashes (0) and max_crashes (3) to the rows there; an old running
+    row is then reaped by the new rule (scheduled again, not dead), and every insert path
+    stores its own max_crashes."""
+    schema = parse_url(postgres_url).schema
+    _old_schema(postgres_dsn, schema, 3, ("old", "running", "allow"), ("done", "dead", "allow"))
+    store = PostgresStore(postgres_url)
+    try:
+        await store.migrate()
+        assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+        old, done = await store.occurrence_get("old"), await store.occurrence_get("done")
+        assert old is not None and done is not None
+        assert (old.state, old.attempt, old.instance_id, old.payload) == (
+            State.RUNNING,
+            1,
+            "i1",
+            {"n": 1},
+        )
+        assert {(o.crashes, o.max_crashes) for o in (old, done)} == {(0, 3)}
+        (reaped,) = await store.occurrence_reap()
+        assert (reaped.id, reaped.state, reaped.attempt, reaped.crashes) == (
+            "old",
+            State.SCHEDULED,
+            0,
+            1,
+        )
+        assert reaped.due_at == LONG_AGO
+        await store.occurrence_insert(new_occurrence("one", max_crashes=0))
+        await store.occurrence_insert_many([new_occurrence(f"m{n}", max_crashes=n) for n in (1, 2)])
+        await store.occurrence_insert_now(new_occurrence("now", max_crashes=5))
+        stored = {o.dedupe_key: o.max_crashes for o in await store.occurrence_list()}
+        assert stored == {"old": 3, "done": 3, "one": 0, "m1": 1, "m2": 2, "now": 5}
+    finally:
+        await store.close()
 
 
 def test_usable_from_several_event_loops_and_threads(postgres_dsn: str, postgres_url: str) -> None:

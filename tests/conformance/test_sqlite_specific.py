@@ -12,16 +12,18 @@ import textwrap
 import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from soloist.clock import to_epoch_us
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
-from soloist.models import State
+from soloist.models import Outcome, State
 from soloist.stores import open_store
 from soloist.stores.sqlite import SQLiteStore, sqlite_path
 from soloist.stores.sqlite.migrations import MIGRATIONS
 from soloist.testing import FakeClock
-from soloist.testing.conformance import T0, claim, new_occurrence
+from soloist.testing.conformance import T0, TTL, claim, new_occurrence
 from soloist.testing.conformance.processes import race_claimers
 
 
@@ -109,27 +111,78 @@ async def test_instances_migrating_at_once_are_safe(tmp_path: Path) -> None:
     assert _versions(path) == list(range(1, len(MIGRATIONS) + 1))
 
 
-async def test_a_version_2_file_migrates_keeping_its_rows(tmp_path: Path) -> None:
-    """A file from before the election tables gains them, keeping its occurrences."""
-    path = tmp_path / "s.db"
+def _old_file(path: Path, version: int) -> None:
+    """A store file at schema ``version`` holding one running occurrence, ``old``, written
+    with that version's columns (running on i1 since T0, its lease expired at T0 + 30 s)."""
     with sqlite3.connect(path, isolation_level=None) as conn:
         conn.execute(
             "CREATE TABLE soloist_schema_version (version INTEGER PRIMARY KEY, "
             "applied_at INTEGER NOT NULL)"
         )
-        for version, statements in enumerate(MIGRATIONS[:2], start=1):
+        for number, statements in enumerate(MIGRATIONS[:version], start=1):
             for statement in statements:
                 conn.execute(statement)
-            conn.execute("INSERT INTO soloist_schema_version VALUES (?, 0)", (version,))
+            conn.execute("INSERT INTO soloist_schema_version VALUES (?, 0)", (number,))
+        t0 = to_epoch_us(T0)
+        conn.execute(
+            "INSERT INTO occurrences (id, dedupe_key, job, task, scope, plan_time, due_at, "
+            "kind, state, attempt, max_attempts, overlap, payload, instance_id, "
+            "lease_expires_at, fencing_token, created_at, started_at) VALUES ('old', 'old', "
+            "'job', 'task', '', ?, ?, 'schedule', 'running', 1, 1, 'allow', '{\"n\": 1}', "
+            "'i1', ?, 1, ?, ?)",
+            (t0, t0, t0 + 30_000_000, t0, t0),
+        )
     conn.close()
+
+
+async def test_a_version_2_file_migrates_keeping_its_rows(tmp_path: Path) -> None:
+    """A file from before the election tables gains them, keeping its occurrences."""
+    path = tmp_path / "s.db"
+    _old_file(path, 2)
     store = SQLiteStore(_url(path), clock=FakeClock(T0))
-    old, _ = await store.occurrence_insert(new_occurrence("old"))
     await store.migrate()
     assert _versions(path) == list(range(1, len(MIGRATIONS) + 1))
-    assert await store.occurrence_get(old.id) == old
+    old = await store.occurrence_get("old")
+    assert old is not None and (old.state, old.payload, old.fencing_token) == (
+        State.RUNNING,
+        {"n": 1},
+        1,
+    )
     lease = await store.leader_attempt_elect("main", "a", timedelta(seconds=10))
     assert lease is not None and lease.epoch == 1
     await store.close()
+
+
+async def test_a_version_3_file_gains_crash_counts_keeping_its_rows(tmp_path: Path) -> None:
+    """Migration 4 adds crashes (0) and max_crashes (3) to the rows there; the old running
+    row is then reaped by the new rule (scheduled again, not dead) and new rows store their
+    own max_crashes."""
+    path = tmp_path / "s.db"
+    _old_file(path, 3)
+    store = SQLiteStore(_url(path), clock=FakeClock(T0))
+    try:
+        await store.migrate()
+        assert _versions(path) == list(range(1, len(MIGRATIONS) + 1))
+        old = await store.occurrence_get("old")
+        assert old is not None
+        assert (old.state, old.attempt, old.instance_id, old.started_at) == (
+            State.RUNNING,
+            1,
+            "i1",
+            T0,
+        )
+        assert (old.crashes, old.max_crashes) == (0, 3)
+        (reaped,) = await store.occurrence_reap(now=T0 + timedelta(seconds=30))
+        assert (reaped.id, reaped.state, reaped.attempt, reaped.crashes) == (
+            "old",
+            State.SCHEDULED,
+            0,
+            1,
+        )
+        new, _ = await store.occurrence_insert(new_occurrence("new", max_crashes=0))
+        assert (new.crashes, new.max_crashes) == (0, 0)
+    finally:
+        await store.close()
 
 
 _ELECTOR = textwrap.dedent(
@@ -214,6 +267,98 @@ async def test_the_file_uses_wal_and_times_are_integer_microseconds(tmp_path: Pa
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         (stored,) = conn.execute("SELECT due_at FROM occurrences").fetchone()
     assert stored == 1_767_225_600_000_001
+
+
+async def test_an_in_memory_database_needs_no_wal(tmp_path: Path) -> None:
+    """``sqlite:///:memory:`` (one connection, nobody to share it with) runs in SQLite's
+    "memory" journal mode: the WAL check lets it through and it works as a store."""
+    store = SQLiteStore("sqlite:///:memory:", clock=FakeClock(T0))
+    try:
+        await store.migrate()
+        occ, created = await store.occurrence_insert(new_occurrence("k"))
+        assert created and await store.occurrence_get(occ.id) == occ
+    finally:
+        await store.close()
+
+
+async def test_a_file_that_cannot_use_wal_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When SQLite cannot switch a file to WAL (here a real VFS without shared memory,
+    "unix-none", as on file systems that lack it) the pragma answers with the mode it kept;
+    the store refuses the file, naming its path and that mode, and writes nothing."""
+    path = tmp_path / "s.db"
+    connect = sqlite3.connect
+
+    def without_shared_memory(database: str, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        return connect(f"file:{database}?vfs=unix-none", *args, uri=True, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", without_shared_memory)
+    store = SQLiteStore(_url(path))
+    message = f"{re.escape(repr(str(path)))}.*journal_mode is 'delete', not 'wal'"
+    with pytest.raises(StoreUnavailableError, match=message):
+        await store.migrate()
+    await store.close()
+    monkeypatch.undo()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == []
+    conn.close()
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    """Another process's writer: a connection holding the file's write lock."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+@pytest.mark.parametrize("write", ["insert", "claim", "complete", "elect", "explicit now"])
+async def test_a_write_reads_now_once_it_holds_the_write_lock(tmp_path: Path, write: str) -> None:
+    """A write with now=None that waits for another process's write lock stamps its rows
+    with the store's clock as it was when it got the lock, not when it started waiting;
+    an explicit now still wins."""
+    clock = FakeClock(T0)
+    store = SQLiteStore(_url(tmp_path / "s.db"), clock=clock)
+    await store.migrate()
+    await store.occurrence_insert(new_occurrence("due"))
+    held = await claim(store, now=T0) if write == "complete" else []
+    holder = _hold_write_lock(tmp_path / "s.db")
+    try:
+        if write == "insert":
+            pending = store.occurrence_insert(new_occurrence("k"))
+        elif write == "claim":
+            pending = claim(store)
+        elif write == "explicit now":
+            pending = claim(store, now=T0 + timedelta(seconds=5))
+        elif write == "complete":
+            outcome = Outcome(held[0].id, held[0].fencing_token, State.SUCCEEDED)
+            pending = store.occurrence_complete("i1", [outcome])
+        else:
+            pending = store.leader_attempt_elect("main", "a", timedelta(seconds=10))
+        task: asyncio.Task[Any] = asyncio.ensure_future(pending)
+        await asyncio.sleep(0)  # the write has started: it now waits for the lock
+        assert not task.done()
+        clock.advance(60)  # time passes while it waits
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    result = await asyncio.wait_for(task, timeout=10)
+    later = T0 + timedelta(seconds=60)
+    if write == "insert":
+        assert result[0].created_at == later
+    elif write in ("claim", "explicit now"):
+        expected = later if write == "claim" else T0 + timedelta(seconds=5)
+        (occ,) = result
+        assert (occ.started_at, occ.lease_expires_at) == (expected, expected + TTL)
+    elif write == "complete":
+        occ = await store.occurrence_get(held[0].id)
+        assert occ is not None and occ.finished_at == later
+        (record,) = await store.occurrence_attempts(occ.id)
+        assert record.finished_at == later
+    else:
+        assert result is not None
+        assert (result.elected_at, result.expires_at) == (later, later + timedelta(seconds=10))
+    await store.close()
 
 
 async def test_a_closed_store_raises_store_error(tmp_path: Path) -> None:

@@ -204,7 +204,7 @@ async def test_stale_runner_is_fenced_out(clock: FakeClock, store: MemoryStore) 
     assert occ_id in a.executor.active
     clock.advance(10)  # a's lease (9 s) expires without renewal: a is frozen
     reaped = await b.reaper.store.occurrence_reap()
-    assert [o.error_code for o in reaped] == ["lease_expired"]
+    assert [(o.error_code, o.crashes) for o in reaped] == [("lease_expired", 1)]
     await b.executor.tick()
     await settle(b)
     release.set()
@@ -215,7 +215,7 @@ async def test_stale_runner_is_fenced_out(clock: FakeClock, store: MemoryStore) 
         State.SUCCEEDED,
         "b",
         "b",
-        2,
+        1,  # a crash is not a failure: b's run is attempt 1 again
     )
     assert a.executor.counts["fenced"] == 1
 

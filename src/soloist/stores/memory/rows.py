@@ -10,7 +10,15 @@ from datetime import datetime
 from typing import Any
 
 from soloist.errors import ConfigError
-from soloist.models import ErrorCode, JobRecord, NewOccurrence, Occurrence, Outcome, State
+from soloist.models import (
+    CRASHED,
+    ErrorCode,
+    JobRecord,
+    NewOccurrence,
+    Occurrence,
+    Outcome,
+    State,
+)
 from soloist.payload import validate_payload
 from soloist.stores._values import aware_utc, result_json
 
@@ -42,6 +50,7 @@ def new_occurrence(item: NewOccurrence, now: datetime) -> Occurrence:
         max_attempts=item.max_attempts,
         overlap=item.overlap,
         payload=validate_payload(item.payload, what=f"payload of {item.dedupe_key!r}"),
+        max_crashes=item.max_crashes,
         instance_id=None,
         lease_expires_at=None,
         fencing_token=0,
@@ -51,6 +60,38 @@ def new_occurrence(item: NewOccurrence, now: datetime) -> Occurrence:
         error_code=None,
         error_message=None,
     )
+
+
+def reaped(occ: Occurrence, now: datetime) -> tuple[Occurrence, str]:
+    """``occ`` (running, its lease expired at ``now``) after the reaper, and the outcome
+    of its attempt record: a crash spends no attempt and runs it again (``crashed``) while
+    its crash budget lasts, else it is ``dead`` with ``crash_loop`` (see Store.occurrence_reap).
+    """
+    crash = occ.crashes + 1
+    runner = occ.instance_id or "?"
+    if occ.crashes < occ.max_crashes:
+        again = replace(
+            occ,
+            state=State.SCHEDULED if occ.attempt <= 1 else State.FAILED,
+            attempt=max(0, occ.attempt - 1),
+            crashes=crash,
+            lease_expires_at=None,
+            finished_at=None,
+            error_code=ErrorCode.LEASE_EXPIRED.value,
+            error_message=f"lease of {runner} expired (crash {crash} of {occ.max_crashes} allowed)",
+        )
+        return again, CRASHED
+    dead = replace(
+        occ,
+        state=State.DEAD,
+        crashes=crash,
+        lease_expires_at=None,
+        finished_at=now,
+        error_code=ErrorCode.CRASH_LOOP.value,
+        error_message=f"lease of {runner} expired (crash {crash}, max_crashes="
+        f"{occ.max_crashes}): its runner keeps dying",
+    )
+    return dead, State.DEAD.value
 
 
 def skipped(occ: Occurrence, now: datetime) -> Occurrence:

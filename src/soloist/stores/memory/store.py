@@ -278,17 +278,8 @@ class MemoryStore:
             ]
             for row in sorted(expired, key=lambda r: (r.occ.plan_time, r.seq)):
                 occ = row.occ
-                retry = occ.attempt < occ.max_attempts
-                updated = replace(
-                    occ,
-                    state=State.FAILED if retry else State.DEAD,
-                    due_at=now if retry else occ.due_at,
-                    lease_expires_at=None,
-                    finished_at=None if retry else now,
-                    error_code=ErrorCode.LEASE_EXPIRED.value,
-                    error_message=f"lease of {occ.instance_id} expired",
-                )
-                self._log(occ, now, updated.state.value, updated.error_code, updated.error_message)
+                updated, outcome = rows.reaped(occ, now)
+                self._log(occ, now, outcome, updated.error_code, updated.error_message)
                 self._set(updated)
                 reaped.append(rows.out(updated))
         return reaped

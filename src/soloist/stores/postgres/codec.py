@@ -101,6 +101,8 @@ def occurrence(row: Sequence[Any]) -> Occurrence:
         row[19],
         row[20],
         row[21],
+        row[22],
+        row[23],
     )
 
 
@@ -123,6 +125,7 @@ def insert_params(item: NewOccurrence) -> dict[str, Any]:
         "max_attempts": item.max_attempts,
         "overlap": Overlap(item.overlap).value,
         "payload": payload_json(item),
+        "max_crashes": int(item.max_crashes),
     }
 
 
@@ -151,6 +154,7 @@ def items_params(items: Sequence[NewOccurrence]) -> dict[str, Any]:
             _OVERLAPS.get(o) or Overlap(o).value for o in _shared([i.overlap for i in rows])
         ],
         "payloads": payloads_json(rows),
+        "max_crashes": _shared([int(item.max_crashes) for item in rows]),
     }
 
 

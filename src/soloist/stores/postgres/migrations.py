@@ -156,6 +156,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         f"(job, scope, due_at, plan_time, seq) WHERE {_CLAIMABLE} AND kind <> 'task'",
         "DROP INDEX {schema}.occurrences_siblings",
     ),
+    (
+        # 4: a crash is not a failure. Lease expiries so far and the budget of them
+        # (models.DEFAULT_MAX_CRASHES when this was written); rows already there get both.
+        # A constant default adds a column without rewriting the table.
+        "ALTER TABLE {schema}.occurrences ADD COLUMN crashes integer NOT NULL DEFAULT 0",
+        "ALTER TABLE {schema}.occurrences ADD COLUMN max_crashes integer NOT NULL DEFAULT 3",
+    ),
 )
 
 _VERSION = "SELECT COALESCE(max(version), 0) FROM {schema}.schema_version"

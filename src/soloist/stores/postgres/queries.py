@@ -41,7 +41,8 @@ WAKE_HORIZON = timedelta(seconds=60)
 OCCURRENCE_COLUMNS = (
     "id, dedupe_key, job, task, scope, plan_time, due_at, kind, state, attempt, "
     "max_attempts, overlap, payload, instance_id, lease_expires_at, fencing_token, "
-    "created_at, started_at, finished_at, error_code, error_message, result"
+    "created_at, started_at, finished_at, error_code, error_message, result, crashes, "
+    "max_crashes"
 )
 _COLS = OCCURRENCE_COLUMNS
 # The claim's columns: the payload as text (see ``codec.occurrence``).
@@ -179,7 +180,10 @@ SELECT ARRAY(SELECT id FROM released),
        (SELECT count(*) FROM ({_WAKE} FROM released LIMIT 1) AS wake)
 """
 
-# Rows another reaper (or a renewing runner) holds are skipped, not waited for.
+# Rows another reaper (or a renewing runner) holds are skipped, not waited for. A crash
+# is not a failure (see Store.occurrence_reap): within its crash budget a row is claimable
+# again at once, its attempt given back (the attempt that ended is then the new attempt
+# + 1) and its due_at kept; past it, dead. SET expressions read the row before the update.
 _REAP = f"""
 WITH {_NOW},
 expired AS MATERIALIZED (
@@ -189,35 +193,46 @@ expired AS MATERIALIZED (
 ),
 reaped AS (
     UPDATE {{schema}}.occurrences o SET
-        state = CASE WHEN o.attempt < o.max_attempts THEN 'failed' ELSE 'dead' END,
-        due_at = CASE WHEN o.attempt < o.max_attempts THEN clock.now ELSE o.due_at END,
-        finished_at = CASE WHEN o.attempt < o.max_attempts THEN NULL ELSE clock.now END,
-        lease_expires_at = NULL, error_code = 'lease_expired',
-        error_message = 'lease of ' || COALESCE(o.instance_id, '?') || ' expired'
+        state = CASE WHEN o.crashes >= o.max_crashes THEN 'dead'
+                     WHEN o.attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
+        attempt = CASE WHEN o.crashes < o.max_crashes THEN GREATEST(o.attempt - 1, 0)
+                       ELSE o.attempt END,
+        crashes = o.crashes + 1,
+        finished_at = CASE WHEN o.crashes < o.max_crashes THEN NULL ELSE clock.now END,
+        lease_expires_at = NULL,
+        error_code = CASE WHEN o.crashes < o.max_crashes THEN 'lease_expired'
+                          ELSE 'crash_loop' END,
+        error_message = 'lease of ' || COALESCE(o.instance_id, '?') || CASE
+            WHEN o.crashes < o.max_crashes
+            THEN ' expired (crash ' || (o.crashes + 1) || ' of ' || o.max_crashes || ' allowed)'
+            ELSE ' expired (crash ' || (o.crashes + 1) || ', max_crashes=' || o.max_crashes
+                 || '): its runner keeps dying' END
     FROM expired e, clock WHERE o.id = e.id
     RETURNING o.*
 ),
 logged AS (
     INSERT INTO {{schema}}.attempts ({_ATTEMPT_COLUMNS})
-    SELECT id, fencing_token, attempt, instance_id, started_at, (SELECT now FROM clock),
-           state, error_code, error_message
+    SELECT id, fencing_token, CASE WHEN state = 'dead' THEN attempt ELSE attempt + 1 END,
+           instance_id, started_at, (SELECT now FROM clock),
+           CASE WHEN state = 'dead' THEN 'dead' ELSE 'crashed' END, error_code, error_message
     FROM reaped
 )
 SELECT {_COLS},
-       (SELECT count(*) FROM ({_WAKE} FROM reaped WHERE state = 'failed' LIMIT 1) AS wake)
+       (SELECT count(*) FROM ({_WAKE} FROM reaped WHERE state <> 'dead' LIMIT 1) AS wake)
 FROM reaped ORDER BY plan_time, seq
 """
 
 _INSERT_COLUMNS = (
     "id, dedupe_key, job, task, scope, plan_time, due_at, kind, state, max_attempts, "
-    "overlap, payload, created_at"
+    "overlap, payload, max_crashes, created_at"
 )
 _INSERT = f"""
 WITH {_NOW},
 inserted AS (
     INSERT INTO {{schema}}.occurrences ({_INSERT_COLUMNS})
     SELECT %(id)s, %(dedupe_key)s, %(job)s, %(task)s, %(scope)s, %(plan_time)s, %(due_at)s,
-           %(kind)s, 'scheduled', %(max_attempts)s, %(overlap)s, %(payload)s::json, clock.now
+           %(kind)s, 'scheduled', %(max_attempts)s, %(overlap)s, %(payload)s::json,
+           %(max_crashes)s, clock.now
     FROM clock
     ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING {_COLS}
@@ -245,15 +260,17 @@ _INSERT_ITEMS = f"""
            COALESCE(i.due_at, (%(dues)b::timestamptz[])[1]),
            COALESCE(i.kind, (%(kinds)b::text[])[1]), 'scheduled',
            COALESCE(i.max_attempts, (%(max_attempts)b::integer[])[1]),
-           COALESCE(i.overlap, (%(overlaps)b::text[])[1]), i.payload, clock.now
+           COALESCE(i.overlap, (%(overlaps)b::text[])[1]), i.payload,
+           COALESCE(i.max_crashes, (%(max_crashes)b::integer[])[1]), clock.now
     FROM ROWS FROM (
             json_array_elements_text(%(ids)s::json), json_array_elements_text(%(keys)s::json),
             unnest(%(jobs)b::text[]), unnest(%(tasks)b::text[]), unnest(%(scopes)b::text[]),
             unnest(%(plan_times)b::timestamptz[]), unnest(%(dues)b::timestamptz[]),
             unnest(%(kinds)b::text[]), unnest(%(max_attempts)b::integer[]),
-            unnest(%(overlaps)b::text[]), json_array_elements(%(payloads)s::json))
+            unnest(%(overlaps)b::text[]), json_array_elements(%(payloads)s::json),
+            unnest(%(max_crashes)b::integer[]))
          AS i(id, dedupe_key, job, task, scope, plan_time, due_at, kind, max_attempts,
-              overlap, payload), clock
+              overlap, payload, max_crashes), clock
 """
 _INSERT_MANY = f"""
 WITH {_NOW},

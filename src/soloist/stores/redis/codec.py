@@ -12,6 +12,7 @@ from typing import Any
 from soloist.clock import UTC
 from soloist.errors import ConfigError
 from soloist.models import (
+    DEFAULT_MAX_CRASHES,
     Attempt,
     InstanceInfo,
     JobRecord,
@@ -36,7 +37,7 @@ _OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
 FIELDS = [
     *("id", "key", "job", "task", "scope", "plan", "due", "kind", "state", "att", "max"),
     *("ovl", "payload", "inst", "lease", "tok", "created", "started", "finished", "ecode"),
-    *("emsg", "result"),
+    *("emsg", "result", "crashes", "maxc"),
 ]
 
 Row = Sequence[Any]
@@ -65,7 +66,7 @@ def opt(text: str | None) -> str:
 
 
 def item_args(items: Sequence[NewOccurrence]) -> list[object]:
-    """The 12 script arguments of each new occurrence (see insert.lua), validated first:
+    """The 13 script arguments of each new occurrence (see insert.lua), validated first:
     a bad payload or a naive time raises before anything is sent."""
     args: list[object] = []
     for item, occ_id in zip(items, new_ids(len(items)), strict=True):
@@ -83,6 +84,7 @@ def item_args(items: Sequence[NewOccurrence]) -> list[object]:
             int(item.max_attempts),
             Overlap(item.overlap).value,
             object_json(item.payload, f"payload of {item.dedupe_key!r}"),
+            int(item.max_crashes),
         ]
     return args
 
@@ -114,10 +116,12 @@ def occurrences(text: str) -> list[Occurrence]:
 
 
 def occurrence(row: Row) -> Occurrence:
-    """An occurrence from a row in :data:`FIELDS` order."""
+    """An occurrence from a row in :data:`FIELDS` order. A row written before crash counts
+    existed has neither: 0 crashes and the default budget."""
     (
         occ_id, key, job, task, scope, plan, due, kind, state, att, max_att, overlap,
         payload, instance, lease, token, created, started, finished, code, message, result,
+        crashes, max_crashes,
     ) = row  # fmt: skip
     return Occurrence(
         id=occ_id,
@@ -142,6 +146,8 @@ def occurrence(row: Row) -> Occurrence:
         error_code=code,
         error_message=message,
         result=json.loads(result) if result is not None else None,
+        crashes=int(crashes) if crashes is not None else 0,
+        max_crashes=int(max_crashes) if max_crashes is not None else DEFAULT_MAX_CRASHES,
     )
 
 

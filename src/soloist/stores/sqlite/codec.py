@@ -39,8 +39,9 @@ def dump_object(value: object, what: str) -> str:
     return object_json(value, what)
 
 
-def insert_params(occurrence_id: str, item: NewOccurrence, created_at: int) -> tuple[object, ...]:
-    """Parameters of :data:`INSERT_OCCURRENCE` for a new, scheduled row."""
+def insert_params(occurrence_id: str, item: NewOccurrence) -> tuple[object, ...]:
+    """Parameters of :data:`INSERT_OCCURRENCE` for a new, scheduled row, but the last:
+    created_at, which the transaction adds once it holds the write lock."""
     return (
         occurrence_id,
         item.dedupe_key,
@@ -54,14 +55,15 @@ def insert_params(occurrence_id: str, item: NewOccurrence, created_at: int) -> t
         item.max_attempts,
         Overlap(item.overlap).value,
         payload_json(item),
-        created_at,
+        int(item.max_crashes),
     )
 
 
 INSERT_OCCURRENCE = """
 INSERT INTO occurrences (id, dedupe_key, job, task, scope, plan_time, due_at, kind, state,
-                         attempt, max_attempts, overlap, payload, fencing_token, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, 0, ?)
+                         attempt, max_attempts, overlap, payload, max_crashes, fencing_token,
+                         created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, 0, ?)
 ON CONFLICT (dedupe_key) DO NOTHING
 """
 
@@ -90,6 +92,8 @@ def occurrence(row: sqlite3.Row) -> Occurrence:
         error_code=row["error_code"],
         error_message=row["error_message"],
         result=json.loads(row["result"]) if row["result"] is not None else None,
+        crashes=row["crashes"],
+        max_crashes=row["max_crashes"],
     )
 
 
@@ -107,7 +111,9 @@ def attempt(row: sqlite3.Row) -> Attempt:
     )
 
 
-def job_params(record: JobRecord, created_at: int) -> tuple[object, ...]:
+def job_params(record: JobRecord) -> tuple[object, ...]:
+    """Parameters of ``ops.job_upsert``/``job_add`` but the last, the transaction's now
+    (created_at when the record has none: the ``COALESCE`` of the statement)."""
     what = f"of job {record.name!r}"
     return (
         record.name,
@@ -117,7 +123,7 @@ def job_params(record: JobRecord, created_at: int) -> tuple[object, ...]:
         int(record.paused),
         dump_object(record.payload, f"payload {what}"),
         dump_object(record.metadata, f"metadata {what}"),
-        us(record.created_at, "created_at") if record.created_at is not None else created_at,
+        us(record.created_at, "created_at") if record.created_at is not None else None,
     )
 
 

@@ -2,9 +2,10 @@
 
 Each write is one statement in a ``BEGIN IMMEDIATE`` transaction (see :mod:`.ops`): the
 write lock is taken before the statement reads the lease, so two processes electing at the
-same instant are serialised and the second sees the first's lease. Lease rows are never
-deleted; a lapsed or resigned lease keeps its epoch, so the next holder's epoch is higher.
-Times are epoch microseconds.
+same instant are serialised and the second sees the first's lease; each write reads its
+instant (an ``ops.Now``) only once it holds the lock. Lease rows are never deleted; a
+lapsed or resigned lease keeps its epoch, so the next holder's epoch is higher. Times are
+epoch microseconds.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sqlite3
 
 from soloist.models import InstanceInfo, LeaderLease
 from soloist.stores.sqlite import codec
-from soloist.stores.sqlite.ops import transaction
+from soloist.stores.sqlite.ops import Now, transaction
 
 #: How long after expiring an instance's row is forgotten by ``instance_list``.
 INSTANCE_RETENTION_US = 3600 * 1_000_000
@@ -59,29 +60,31 @@ ON CONFLICT (instance_id) DO UPDATE SET
 
 
 def leader_attempt_elect(
-    conn: sqlite3.Connection, name: str, instance_id: str, ttl_us: int, now: int
+    conn: sqlite3.Connection, name: str, instance_id: str, ttl_us: int, now: Now
 ) -> LeaderLease | None:
-    params = {"name": name, "instance": instance_id, "now": now, "expires": now + ttl_us}
     with transaction(conn):
+        at = now()
+        params = {"name": name, "instance": instance_id, "now": at, "expires": at + ttl_us}
         row = conn.execute(_ELECT, params).fetchone()
     return codec.leader_lease(row) if row is not None else None
 
 
 def leader_renew(
-    conn: sqlite3.Connection, name: str, instance_id: str, epoch: int, ttl_us: int, now: int
+    conn: sqlite3.Connection, name: str, instance_id: str, epoch: int, ttl_us: int, now: Now
 ) -> LeaderLease | None:
-    params = {"name": name, "instance": instance_id, "epoch": epoch, "now": now}
+    params = {"name": name, "instance": instance_id, "epoch": epoch}
     with transaction(conn):
-        row = conn.execute(_RENEW, {**params, "expires": now + ttl_us}).fetchone()
+        at = now()
+        row = conn.execute(_RENEW, {**params, "now": at, "expires": at + ttl_us}).fetchone()
     return codec.leader_lease(row) if row is not None else None
 
 
 def leader_resign(
-    conn: sqlite3.Connection, name: str, instance_id: str, epoch: int, now: int
+    conn: sqlite3.Connection, name: str, instance_id: str, epoch: int, now: Now
 ) -> bool:
-    params = {"name": name, "instance": instance_id, "epoch": epoch, "now": now}
+    params = {"name": name, "instance": instance_id, "epoch": epoch}
     with transaction(conn):
-        return conn.execute(_RESIGN, params).fetchone() is not None
+        return conn.execute(_RESIGN, {**params, "now": now()}).fetchone() is not None
 
 
 def leader_get(conn: sqlite3.Connection, name: str, now: int) -> LeaderLease | None:
@@ -92,10 +95,11 @@ def leader_get(conn: sqlite3.Connection, name: str, now: int) -> LeaderLease | N
 
 
 def instance_heartbeat(
-    conn: sqlite3.Connection, params: tuple[object, ...], ttl_us: int, now: int
+    conn: sqlite3.Connection, params: tuple[object, ...], ttl_us: int, now: Now
 ) -> None:
     with transaction(conn):
-        conn.execute(_HEARTBEAT, (*params, now, now + ttl_us))
+        at = now()
+        conn.execute(_HEARTBEAT, (*params, at, at + ttl_us))
 
 
 def instance_list(conn: sqlite3.Connection, now: int) -> list[InstanceInfo]:

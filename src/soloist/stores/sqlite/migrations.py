@@ -121,6 +121,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX instances_expiry ON instances (expires_at)",
     ),
+    (
+        # 4: a crash is not a failure. Lease expiries so far and the budget of them
+        # (models.DEFAULT_MAX_CRASHES when this was written); rows already there get both.
+        "ALTER TABLE occurrences ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE occurrences ADD COLUMN max_crashes INTEGER NOT NULL DEFAULT 3",
+    ),
 )
 
 _VERSION_TABLE = """

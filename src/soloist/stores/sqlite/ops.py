@@ -5,17 +5,22 @@ it takes SQLite's one write lock up front (waiting up to ``busy_timeout``), so t
 that decide a write (claim candidates, overlap checks, the cursor compare-and-set) see the
 same data the write changes, whichever process wins. A deferred transaction would instead
 fail with SQLITE_BUSY when it tries to upgrade its read lock, without waiting.
+
+A write reads its instant (``now``: a :data:`Now`) only once ``BEGIN IMMEDIATE`` holds the
+lock: a write that waited for another process's lock must not stamp its rows (claims,
+leases, completions) with the time before it waited, which can be seconds in the past.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from soloist.models import (
     CLAIMABLE_STATES,
+    CRASHED,
     RELEASED,
     Attempt,
     ErrorCode,
@@ -23,11 +28,16 @@ from soloist.models import (
     Occurrence,
     Overlap,
     PlanCursor,
+    State,
 )
 from soloist.stores.sqlite import codec
 from soloist.stores.sqlite.codec import INSERT_OCCURRENCE
 
 _CLAIMABLE = tuple(state.value for state in CLAIMABLE_STATES)
+
+#: The instant of a write in epoch microseconds: the caller's ``now``, or the store's clock
+#: read when called. Called inside the transaction, after ``BEGIN IMMEDIATE``.
+Now = Callable[[], int]
 
 # SQL is spelled out in full (no string building): every statement below is a constant.
 # A fence is ``state = 'running' AND instance_id = ? AND fencing_token = ?``: the row is
@@ -82,22 +92,29 @@ INSERT INTO attempts (occurrence_id, fencing_token, attempt, instance_id, starte
 SELECT id, fencing_token, attempt, instance_id, started_at, ?, ?, ?, ? FROM occurrences
 WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
 """
-_LOG_REAPED = """
+_LOG = """
 INSERT INTO attempts (occurrence_id, fencing_token, attempt, instance_id, started_at,
     finished_at, outcome, error_code, error_message)
-SELECT id, fencing_token, attempt, instance_id, started_at, :now,
-    CASE WHEN attempt < max_attempts THEN 'failed' ELSE 'dead' END, :code,
-    'lease of ' || COALESCE(instance_id, '?') || ' expired'
-FROM occurrences WHERE state = 'running' AND lease_expires_at <= :now
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _ANY_EXPIRED = "SELECT 1 FROM occurrences WHERE state = 'running' AND lease_expires_at <= ? LIMIT 1"
+# A crash is not a failure (see Store.occurrence_reap): within its crash budget the row is
+# claimable again at once, its attempt given back and its due_at kept; past it, dead. SET
+# expressions read the row as it was before the update.
 _REAP = """
 UPDATE occurrences SET
-    state = CASE WHEN attempt < max_attempts THEN 'failed' ELSE 'dead' END,
-    due_at = CASE WHEN attempt < max_attempts THEN :now ELSE due_at END,
-    finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
-    lease_expires_at = NULL, error_code = :code,
-    error_message = 'lease of ' || COALESCE(instance_id, '?') || ' expired'
+    state = CASE WHEN crashes >= max_crashes THEN 'dead'
+                 WHEN attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
+    attempt = CASE WHEN crashes < max_crashes THEN MAX(attempt - 1, 0) ELSE attempt END,
+    crashes = crashes + 1,
+    finished_at = CASE WHEN crashes < max_crashes THEN NULL ELSE :now END,
+    lease_expires_at = NULL,
+    error_code = CASE WHEN crashes < max_crashes THEN :expired ELSE :loop END,
+    error_message = 'lease of ' || COALESCE(instance_id, '?') || CASE
+        WHEN crashes < max_crashes
+        THEN ' expired (crash ' || (crashes + 1) || ' of ' || max_crashes || ' allowed)'
+        ELSE ' expired (crash ' || (crashes + 1) || ', max_crashes=' || max_crashes
+             || '): its runner keeps dying' END
 WHERE state = 'running' AND lease_expires_at <= :now
 RETURNING *
 """
@@ -114,7 +131,7 @@ _LIST = {
 }
 _INSERT_JOB = """
 INSERT INTO jobs (name, task, schedule, dynamic, paused, payload, metadata, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, ?))
 """
 # The paused flag, created_at and origin (dynamic) belong to the store, not the code.
 _UPSERT_JOB = (
@@ -142,22 +159,27 @@ def occurrence_get(conn: sqlite3.Connection, occurrence_id: str) -> Occurrence |
 
 
 def occurrence_insert(
-    conn: sqlite3.Connection, params: tuple[object, ...], dedupe_key: str
+    conn: sqlite3.Connection, params: tuple[object, ...], dedupe_key: str, now: Now
 ) -> tuple[Occurrence, bool]:
+    """``params``: ``codec.insert_params``, created_at added here."""
     with transaction(conn):
-        created = conn.execute(INSERT_OCCURRENCE, params).rowcount == 1
+        created = conn.execute(INSERT_OCCURRENCE, (*params, now())).rowcount == 1
         # Inserted just now or there before: either way the row exists in this transaction.
         row = conn.execute("SELECT * FROM occurrences WHERE dedupe_key = ?", (dedupe_key,))
         stored = codec.occurrence(row.fetchone())
     return stored, created
 
 
-def occurrence_insert_many(conn: sqlite3.Connection, items: Sequence[tuple[object, ...]]) -> int:
-    """Insert ``items`` (existing keys ignored) in one transaction; return how many were
-    created. A conflict changes nothing, so the connection's change count tells."""
+def occurrence_insert_many(
+    conn: sqlite3.Connection, items: Sequence[tuple[object, ...]], now: Now
+) -> int:
+    """Insert ``items`` (``codec.insert_params``; existing keys ignored) in one transaction;
+    return how many were created. A conflict changes nothing, so the connection's change
+    count tells."""
     with transaction(conn):
         before = conn.total_changes
-        conn.executemany(INSERT_OCCURRENCE, items)
+        created = now()
+        conn.executemany(INSERT_OCCURRENCE, ((*item, created) for item in items))
         return conn.total_changes - before
 
 
@@ -179,6 +201,7 @@ def plan_advance(
     new_last: int,
     added_count: int,
     items: Sequence[tuple[object, ...]],
+    now: Now,
 ) -> bool:
     with transaction(conn):
         if expected_last is None:
@@ -195,7 +218,8 @@ def plan_advance(
             )
         if moved.rowcount != 1:
             return False  # another planner got there first; nothing was written
-        conn.executemany(INSERT_OCCURRENCE, items)
+        created = now()
+        conn.executemany(INSERT_OCCURRENCE, ((*item, created) for item in items))
     return True
 
 
@@ -205,19 +229,20 @@ def occurrence_claim(
     tasks: list[str],
     limit: int,
     lease_ttl_us: int,
-    now: int,
+    now: Now,
 ) -> list[Occurrence]:
-    args = (*_CLAIMABLE, now, json.dumps(tasks))
+    names = json.dumps(tasks)
     # Cheap read first: idle pollers then never take the write lock.
-    if conn.execute(_ANY_CANDIDATE, args).fetchone() is None:
+    if conn.execute(_ANY_CANDIDATE, (*_CLAIMABLE, now(), names)).fetchone() is None:
         return []
     with transaction(conn):
-        claim_ids, skip_ids = _select_claims(conn, args, limit)
+        at = now()
+        claim_ids, skip_ids = _select_claims(conn, (*_CLAIMABLE, at, names), limit)
         if skip_ids:
             reason = "skipped: a previous occurrence of this job and scope was running"
-            conn.execute(_SKIP, (now, ErrorCode.OVERLAP.value, reason, json.dumps(skip_ids)))
-        lease = now + lease_ttl_us
-        rows = conn.execute(_CLAIM, (instance_id, now, lease, json.dumps(claim_ids))).fetchall()
+            conn.execute(_SKIP, (at, ErrorCode.OVERLAP.value, reason, json.dumps(skip_ids)))
+        lease = at + lease_ttl_us
+        rows = conn.execute(_CLAIM, (instance_id, at, lease, json.dumps(claim_ids))).fetchall()
     order = {occurrence_id: index for index, occurrence_id in enumerate(claim_ids)}
     # RETURNING has no defined order; give rows back in claim order.
     return sorted((codec.occurrence(row) for row in rows), key=lambda occ: order[occ.id])
@@ -260,19 +285,26 @@ def _running(conn: sqlite3.Connection, job: str, scope: str) -> bool:
     )
 
 
+Params = Callable[[int], Sequence[tuple[object, ...]]]
+
+
 def _fenced_updates(
     conn: sqlite3.Connection,
     sql: str,
-    params: Sequence[tuple[object, ...]],
-    logs: Sequence[tuple[object, ...]] | None = None,
+    now: Now,
+    params: Params,
+    logs: Params | None = None,
 ) -> set[str]:
-    """Run one fenced ``UPDATE ... RETURNING id`` per item, all in one transaction; with
-    ``logs`` (one per item), first append each attempt's audit record."""
+    """Run one fenced ``UPDATE ... RETURNING id`` per item of ``params(now)``, all in one
+    transaction; with ``logs`` (``logs(now)``: one per item), first append each attempt's
+    audit record."""
     applied: set[str] = set()
     with transaction(conn):
-        for index, item in enumerate(params):
-            if logs is not None:
-                conn.execute(_LOG_ATTEMPT, logs[index])
+        at = now()
+        records = logs(at) if logs is not None else None
+        for index, item in enumerate(params(at)):
+            if records is not None:
+                conn.execute(_LOG_ATTEMPT, records[index])
             row = conn.execute(sql, item).fetchone()
             if row is not None:
                 applied.add(row[0])
@@ -280,38 +312,83 @@ def _fenced_updates(
 
 
 def lease_renew(
-    conn: sqlite3.Connection, instance_id: str, claims: Sequence[tuple[str, int]], expires: int
+    conn: sqlite3.Connection,
+    instance_id: str,
+    claims: Sequence[tuple[str, int]],
+    lease_ttl_us: int,
+    now: Now,
 ) -> set[str]:
-    return _fenced_updates(conn, _RENEW, [(expires, i, instance_id, t) for i, t in claims])
+    def params(at: int) -> list[tuple[object, ...]]:
+        return [(at + lease_ttl_us, i, instance_id, t) for i, t in claims]
+
+    return _fenced_updates(conn, _RENEW, now, params)
 
 
 def occurrence_complete(
-    conn: sqlite3.Connection, outcomes: Sequence[tuple[object, ...]], now: int
+    conn: sqlite3.Connection, outcomes: Sequence[tuple[object, ...]], now: Now
 ) -> set[str]:
-    """``outcomes``: (state, due_at or None to keep, finished_at, error_code, error_message,
-    result, id, instance_id, fencing_token)."""
-    logs = [(now, o[0], o[3], o[4], *o[6:9]) for o in outcomes]
-    return _fenced_updates(conn, _COMPLETE, outcomes, logs)
+    """``outcomes``: (state, retry_at or None for now, error_code, error_message, result,
+    id, instance_id, fencing_token)."""
+
+    def params(at: int) -> list[tuple[object, ...]]:
+        out: list[tuple[object, ...]] = []
+        for state, retry_at, *rest in outcomes:
+            retry = state == State.FAILED.value
+            due = (retry_at if retry_at is not None else at) if retry else None
+            out.append((state, due, None if retry else at, *rest))
+        return out
+
+    def logs(at: int) -> list[tuple[object, ...]]:
+        return [(at, o[0], o[2], o[3], *o[5:8]) for o in outcomes]
+
+    return _fenced_updates(conn, _COMPLETE, now, params, logs)
 
 
 def lease_release(
-    conn: sqlite3.Connection, instance_id: str, claims: Sequence[tuple[str, int]], now: int
+    conn: sqlite3.Connection, instance_id: str, claims: Sequence[tuple[str, int]], now: Now
 ) -> set[str]:
     cancelled = ErrorCode.CANCELLED.value
-    logs = [(now, RELEASED, cancelled, _RELEASED_MESSAGE, i, instance_id, t) for i, t in claims]
-    params = [(cancelled, i, instance_id, t) for i, t in claims]
-    return _fenced_updates(conn, _RELEASE, params, logs)
+
+    def logs(at: int) -> list[tuple[object, ...]]:
+        return [(at, RELEASED, cancelled, _RELEASED_MESSAGE, i, instance_id, t) for i, t in claims]
+
+    def params(_at: int) -> list[tuple[object, ...]]:
+        return [(cancelled, i, instance_id, t) for i, t in claims]
+
+    return _fenced_updates(conn, _RELEASE, now, params, logs)
 
 
-def occurrence_reap(conn: sqlite3.Connection, now: int) -> list[Occurrence]:
+def occurrence_reap(conn: sqlite3.Connection, now: Now) -> list[Occurrence]:
     # Every instance reaps often; only take the write lock when something has expired.
-    if conn.execute(_ANY_EXPIRED, (now,)).fetchone() is None:
+    if conn.execute(_ANY_EXPIRED, (now(),)).fetchone() is None:
         return []
     with transaction(conn):
-        params = {"now": now, "code": ErrorCode.LEASE_EXPIRED.value}
-        conn.execute(_LOG_REAPED, params)
-        rows = conn.execute(_REAP, params).fetchall()
-    return sorted((codec.occurrence(row) for row in rows), key=lambda o: (o.plan_time, o.id))
+        at = now()
+        params = {
+            "now": at,
+            "expired": ErrorCode.LEASE_EXPIRED.value,
+            "loop": ErrorCode.CRASH_LOOP.value,
+        }
+        reaped = [codec.occurrence(row) for row in conn.execute(_REAP, params).fetchall()]
+        # The audit record of each attempt that ended, from its row as updated (runner,
+        # token and started_at unchanged); a crash gave its attempt back.
+        conn.executemany(_LOG, (_reaped_attempt(occ, at) for occ in reaped))
+    return sorted(reaped, key=lambda o: (o.plan_time, o.id))
+
+
+def _reaped_attempt(occ: Occurrence, at: int) -> tuple[object, ...]:
+    dead = occ.state == State.DEAD
+    return (
+        occ.id,
+        occ.fencing_token,
+        occ.attempt if dead else occ.attempt + 1,
+        occ.instance_id,
+        codec.us(occ.started_at, "started_at") if occ.started_at is not None else None,
+        at,
+        State.DEAD.value if dead else CRASHED,
+        occ.error_code,
+        occ.error_message,
+    )
 
 
 def occurrence_attempts(conn: sqlite3.Connection, occurrence_id: str) -> list[Attempt]:
@@ -356,15 +433,18 @@ def occurrence_counts(conn: sqlite3.Connection, now: int) -> tuple[list[sqlite3.
 
 
 # -- jobs ------------------------------------------------------------------------------------
-def job_upsert(conn: sqlite3.Connection, records: Sequence[tuple[object, ...]]) -> None:
+def job_upsert(conn: sqlite3.Connection, records: Sequence[tuple[object, ...]], now: Now) -> None:
+    """``records``: ``codec.job_params``."""
     with transaction(conn):
-        conn.executemany(_UPSERT_JOB, records)
+        at = now()
+        conn.executemany(_UPSERT_JOB, ((*record, at) for record in records))
 
 
-def job_add(conn: sqlite3.Connection, record: tuple[object, ...]) -> bool:
-    """Insert a job; False if the name is taken."""
+def job_add(conn: sqlite3.Connection, record: tuple[object, ...], now: Now) -> bool:
+    """Insert a job (``codec.job_params``); False if the name is taken."""
     with transaction(conn):
-        return conn.execute(_INSERT_JOB + "ON CONFLICT (name) DO NOTHING", record).rowcount == 1
+        sql = _INSERT_JOB + "ON CONFLICT (name) DO NOTHING"
+        return conn.execute(sql, (*record, now())).rowcount == 1
 
 
 def job_get(conn: sqlite3.Connection, name: str) -> JobRecord | None:

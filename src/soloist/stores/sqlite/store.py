@@ -122,11 +122,22 @@ class SQLiteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             # WAL lets readers run beside the one writer; NORMAL is durable across
             # application crashes in WAL mode, and only fsyncs at checkpoints.
-            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             conn.close()
             raise StoreUnavailableError(f"{what}: {exc}") from exc
+        mode = str(row[0]).lower() if row is not None else "unknown"
+        if mode != "wal" and self.path != ":memory:":
+            # SQLite answers with the mode it kept when it cannot use WAL (a file system
+            # without shared memory, as some network ones): NORMAL would then no longer be
+            # crash-safe, and processes would block each other's reads. An in-memory
+            # database has one connection, nobody to share it with: "memory" is right.
+            conn.close()
+            raise StoreUnavailableError(
+                f"{what}: journal_mode is {mode!r}, not 'wal' (SQLite cannot use WAL for "
+                "this file; is it on a network or other file system without shared memory?)"
+            )
         self._conn = conn
         return conn
 
@@ -154,21 +165,31 @@ class SQLiteStore:
     def _now_us(self, now: datetime | None) -> int:
         return codec.us(now if now is not None else self._clock.now(), "now")
 
+    def _at(self, now: datetime | None) -> ops.Now:
+        """The instant of a write, read by the transaction once ``BEGIN IMMEDIATE`` holds
+        the write lock: ``now`` if given (checked here, before anything is sent), else the
+        store's clock at that moment, not before the wait for another process's lock."""
+        if now is not None:
+            fixed = codec.us(now, "now")
+            return lambda: fixed
+        clock = self._clock
+        return lambda: codec.us(clock.now(), "now")
+
     # -- occurrences ------------------------------------------------------------------------
-    def _new_row(self, item: NewOccurrence, created_at: int) -> tuple[object, ...]:
-        return codec.insert_params(uuid.uuid4().hex, item, created_at)
+    def _new_row(self, item: NewOccurrence) -> tuple[object, ...]:
+        return codec.insert_params(uuid.uuid4().hex, item)
 
     async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
-        params = self._new_row(item, self._now_us(None))
-        return await self._run(lambda c: ops.occurrence_insert(c, params, item.dedupe_key))
+        params, at = self._new_row(item), self._at(None)
+        return await self._run(lambda c: ops.occurrence_insert(c, params, item.dedupe_key, at))
 
     async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
         if not items:
             return 0
-        created = self._now_us(None)
         ids = new_ids(len(items))
-        rows = [codec.insert_params(i, item, created) for i, item in zip(ids, items, strict=True)]
-        return await self._run(lambda c: ops.occurrence_insert_many(c, rows))
+        rows = [codec.insert_params(i, item) for i, item in zip(ids, items, strict=True)]
+        at = self._at(None)
+        return await self._run(lambda c: ops.occurrence_insert_many(c, rows, at))
 
     async def work_wait(self, timeout: float) -> bool:
         """SQLite cannot notify: wait ``timeout`` on the store's clock, return False."""
@@ -189,10 +210,10 @@ class SQLiteStore:
     ) -> bool:
         expected = codec.us(expected_last, "expected_last") if expected_last is not None else None
         last = codec.us(new_last, "new_last")
-        created = self._now_us(None)
-        rows = [self._new_row(item, created) for item in items]
+        rows = [self._new_row(item) for item in items]
+        at = self._at(None)
         return await self._run(
-            lambda c: ops.plan_advance(c, job, scope, expected, last, added_count, rows)
+            lambda c: ops.plan_advance(c, job, scope, expected, last, added_count, rows, at)
         )
 
     async def occurrence_claim(
@@ -205,7 +226,7 @@ class SQLiteStore:
     ) -> list[Occurrence]:
         if limit <= 0 or not tasks:
             return []
-        at = self._now_us(now)
+        at = self._at(now)
         ttl = lease_ttl // timedelta(microseconds=1)
         names = sorted(set(tasks))
         return await self._run(
@@ -221,16 +242,16 @@ class SQLiteStore:
     ) -> set[str]:
         if not claims:
             return set()
-        expires = self._now_us(now) + lease_ttl // timedelta(microseconds=1)
+        ttl, at = lease_ttl // timedelta(microseconds=1), self._at(now)
         pairs = [(claim.id, claim.fencing_token) for claim in claims]
-        return await self._run(lambda c: ops.lease_renew(c, instance_id, pairs, expires))
+        return await self._run(lambda c: ops.lease_renew(c, instance_id, pairs, ttl, at))
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
     ) -> set[str]:
         if not outcomes:
             return set()
-        at = self._now_us(now)
+        at = self._at(now)
         rows: list[tuple[object, ...]] = []
         for outcome in outcomes:
             if outcome.state not in _OUTCOME_STATES:
@@ -238,15 +259,11 @@ class SQLiteStore:
                     f"invalid outcome state {outcome.state!r} for {outcome.id}: "
                     "expected succeeded, failed or dead"
                 )
-            retry = outcome.state == State.FAILED
-            retry_at = (
-                codec.us(outcome.retry_at, "retry_at") if outcome.retry_at is not None else at
-            )
+            retry_at = outcome.retry_at
             rows.append(
                 (
                     State(outcome.state).value,
-                    retry_at if retry else None,
-                    None if retry else at,
+                    codec.us(retry_at, "retry_at") if retry_at is not None else None,
                     outcome.error_code,
                     outcome.error_message,
                     result_json(outcome.result),
@@ -263,11 +280,11 @@ class SQLiteStore:
         if not claims:
             return set()
         pairs = [(claim.id, claim.fencing_token) for claim in claims]
-        at = self._now_us(now)
+        at = self._at(now)
         return await self._run(lambda c: ops.lease_release(c, instance_id, pairs, at))
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
-        at = self._now_us(now)
+        at = self._at(now)
         return await self._run(lambda c: ops.occurrence_reap(c, at))
 
     async def occurrence_next_due(
@@ -307,13 +324,12 @@ class SQLiteStore:
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:
         if not records:
             return
-        created = self._now_us(None)
-        rows = [codec.job_params(record, created) for record in records]
-        await self._run(lambda c: ops.job_upsert(c, rows))
+        rows, at = [codec.job_params(record) for record in records], self._at(None)
+        await self._run(lambda c: ops.job_upsert(c, rows, at))
 
     async def job_add(self, record: JobRecord) -> None:
-        row = codec.job_params(record, self._now_us(None))
-        if not await self._run(lambda c: ops.job_add(c, row)):
+        row, at = codec.job_params(record), self._at(None)
+        if not await self._run(lambda c: ops.job_add(c, row, at)):
             raise DuplicateJobError(f"a job named {record.name!r} already exists")
 
     async def job_get(self, name: str) -> JobRecord | None:
@@ -332,7 +348,7 @@ class SQLiteStore:
     async def leader_attempt_elect(
         self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
     ) -> LeaderLease | None:
-        ttl_us, at = _us(ttl), self._now_us(now)
+        ttl_us, at = _us(ttl), self._at(now)
         return await self._run(
             lambda c: coordination.leader_attempt_elect(c, name, instance_id, ttl_us, at)
         )
@@ -345,7 +361,7 @@ class SQLiteStore:
         ttl: timedelta,
         now: datetime | None = None,
     ) -> LeaderLease | None:
-        ttl_us, at = _us(ttl), self._now_us(now)
+        ttl_us, at = _us(ttl), self._at(now)
         return await self._run(
             lambda c: coordination.leader_renew(c, name, instance_id, epoch, ttl_us, at)
         )
@@ -353,7 +369,7 @@ class SQLiteStore:
     async def leader_resign(
         self, name: str, instance_id: str, epoch: int, now: datetime | None = None
     ) -> bool:
-        at = self._now_us(now)
+        at = self._at(now)
         return await self._run(
             lambda c: coordination.leader_resign(c, name, instance_id, epoch, at)
         )
@@ -366,7 +382,7 @@ class SQLiteStore:
     async def instance_heartbeat(
         self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
     ) -> None:
-        ttl_us, at = _us(ttl), self._now_us(now)
+        ttl_us, at = _us(ttl), self._at(now)
         params = codec.instance_params(info)
         await self._run(lambda c: coordination.instance_heartbeat(c, params, ttl_us, at))
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from soloist.models import Claimed, ErrorCode, Outcome, State
+from soloist.models import CRASHED, Claimed, ErrorCode, Outcome, State
 from soloist.stores.base import Store
 from soloist.testing.conformance.base import T0, TTL, at, claim, insert, new_occurrence
 
 
 class AttemptConformance:
     async def test_attempts_record_each_claim_until_success(self, store: Store) -> None:
-        """A failed attempt, a reaped one and the final success each leave one record."""
+        """A failed attempt, a reaped one (crashed: its attempt is run again) and the final
+        success each leave one record."""
         await insert(store, new_occurrence("k", max_attempts=3))
         (first,) = await claim(store, instance="i1", now=T0)
         failed = Outcome(
@@ -28,8 +29,8 @@ class AttemptConformance:
             (a.attempt, a.fencing_token, a.instance_id, a.outcome, a.error_code) for a in log
         ] == [
             (1, 1, "i1", "failed", "handler_error"),
-            (2, 2, "i2", "failed", ErrorCode.LEASE_EXPIRED.value),
-            (3, 3, "i3", "succeeded", None),
+            (2, 2, "i2", CRASHED, ErrorCode.LEASE_EXPIRED.value),
+            (2, 3, "i3", "succeeded", None),
         ]
         assert [(a.started_at, a.finished_at) for a in log] == [
             (T0, at(2)),
@@ -47,11 +48,12 @@ class AttemptConformance:
         stale = Outcome(occ.id, occ.fencing_token, State.SUCCEEDED)
         assert await store.occurrence_complete("i1", [stale], now=T0 + TTL) == set()
         log = await store.occurrence_attempts(occ.id)
-        assert [(a.fencing_token, a.outcome) for a in log] == [(1, "failed")]
+        assert [(a.fencing_token, a.outcome) for a in log] == [(1, CRASHED)]
 
     async def test_release_and_dead_are_logged(self, store: Store) -> None:
-        """A released attempt is logged as released; a last reaped attempt as dead."""
-        await insert(store, new_occurrence("k"))
+        """A released attempt is logged as released; a reaped one past its crash budget
+        (max_crashes=0) as dead with crash_loop."""
+        await insert(store, new_occurrence("k", max_crashes=0))
         (occ,) = await claim(store, instance="i1", now=T0)
         await store.lease_release("i1", [Claimed(occ.id, occ.fencing_token)], now=at(1))
         (again,) = await claim(store, instance="i2", now=at(2))
@@ -59,7 +61,7 @@ class AttemptConformance:
         log = await store.occurrence_attempts(occ.id)
         assert [(a.attempt, a.outcome, a.error_code, a.finished_at) for a in log] == [
             (1, "released", ErrorCode.CANCELLED.value, at(1)),
-            (1, "dead", ErrorCode.LEASE_EXPIRED.value, at(2) + TTL),
+            (1, "dead", ErrorCode.CRASH_LOOP.value, at(2) + TTL),
         ]
         assert again.fencing_token == 2
 

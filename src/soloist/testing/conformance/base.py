@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from soloist.clock import Clock
-from soloist.models import Kind, NewOccurrence, Occurrence, Overlap
+from soloist.models import DEFAULT_MAX_CRASHES, Kind, NewOccurrence, Occurrence, Overlap
 from soloist.stores.base import Store
 from soloist.testing.clock import FakeClock
 
@@ -39,6 +39,7 @@ def new_occurrence(
     max_attempts: int = 1,
     overlap: Overlap = Overlap.ALLOW,
     payload: dict[str, Any] | None = None,
+    max_crashes: int = DEFAULT_MAX_CRASHES,
 ) -> NewOccurrence:
     """A NewOccurrence with test defaults (due at T0, planned at its due time)."""
     return NewOccurrence(
@@ -52,6 +53,7 @@ def new_occurrence(
         max_attempts=max_attempts,
         overlap=overlap,
         payload=payload if payload is not None else {},
+        max_crashes=max_crashes,
     )
 
 

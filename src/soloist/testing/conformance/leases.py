@@ -1,4 +1,5 @@
-"""Conformance: fenced runner writes (renew, complete, release) and reaping expired leases."""
+"""Conformance: fenced runner writes (renew, complete, release) and reaping expired leases
+(a crash is not a failure: see ``Store.occurrence_reap``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from datetime import timedelta
 import pytest
 
 from soloist.errors import PayloadError
-from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
+from soloist.models import (
+    CRASHED,
+    DEFAULT_MAX_CRASHES,
+    Claimed,
+    ErrorCode,
+    Occurrence,
+    Outcome,
+    State,
+)
 from soloist.stores.base import Store
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance.base import T0, TTL, at, claim, insert, new_occurrence
@@ -192,25 +201,116 @@ class LeaseConformance:
         assert await store.occurrence_get(occ.id) == occ
 
     # -- reap -------------------------------------------------------------------------------
-    async def test_reap_fails_an_expired_lease_with_attempts_left(self, store: Store) -> None:
-        """Expired with attempts left: failed, lease_expired, due now, returned as updated."""
-        occ = await _running(store, max_attempts=2)
+    async def test_reap_of_a_first_attempt_makes_it_scheduled_again(self, store: Store) -> None:
+        """A crash is not a failure: scheduled again at once, attempt given back, crashes 1,
+        due_at unchanged, lease cleared, lease_expired naming the runner and the count."""
+        occ = await _running(store)
         (reaped,) = await store.occurrence_reap(now=at(31))
-        assert reaped.id == occ.id
-        assert (reaped.state, reaped.error_code) == (State.FAILED, ErrorCode.LEASE_EXPIRED.value)
-        assert (reaped.due_at, reaped.lease_expires_at, reaped.finished_at) == (at(31), None, None)
+        assert (reaped.id, reaped.state, reaped.attempt) == (occ.id, State.SCHEDULED, 0)
+        assert (reaped.crashes, reaped.max_crashes) == (1, DEFAULT_MAX_CRASHES)
+        assert (reaped.due_at, reaped.lease_expires_at, reaped.finished_at) == (T0, None, None)
+        assert reaped.error_code == ErrorCode.LEASE_EXPIRED.value
+        assert reaped.error_message == "lease of i1 expired (crash 1 of 3 allowed)"
         assert await store.occurrence_get(occ.id) == reaped
         (again,) = await claim(store, instance="i2", now=at(31))
-        assert (again.attempt, again.fencing_token) == (2, 2)
+        assert (again.id, again.attempt, again.fencing_token) == (occ.id, 1, 2)
+        assert (again.crashes, again.instance_id, again.error_code) == (1, "i2", None)
+        (record,) = await store.occurrence_attempts(occ.id)
+        assert (record.attempt, record.fencing_token, record.instance_id) == (1, 1, "i1")
+        assert (record.outcome, record.error_code) == (CRASHED, ErrorCode.LEASE_EXPIRED.value)
+        assert (record.started_at, record.finished_at) == (T0, at(31))
+        assert record.error_message == reaped.error_message
 
-    async def test_reap_kills_an_expired_last_attempt(self, store: Store) -> None:
-        """Expired on its last attempt: dead, lease_expired, finished_at = now."""
+    async def test_a_crash_spends_no_retry(self, store: Store) -> None:
+        """With max_attempts=1 (retries=0) a crashed occurrence still runs again and its
+        success is its first attempt."""
         occ = await _running(store, max_attempts=1)
-        (reaped,) = await store.occurrence_reap(now=at(45))
-        assert (reaped.id, reaped.state) == (occ.id, State.DEAD)
-        assert reaped.error_code == ErrorCode.LEASE_EXPIRED.value
-        assert (reaped.finished_at, reaped.lease_expires_at) == (at(45), None)
+        await store.occurrence_reap(now=T0 + TTL)
+        (again,) = await claim(store, instance="i2", now=at(40))
+        done = Outcome(again.id, again.fencing_token, State.SUCCEEDED, result="ok")
+        assert await store.occurrence_complete("i2", [done], now=at(41)) == {occ.id}
+        after = await store.occurrence_get(occ.id)
+        assert after is not None
+        assert (after.state, after.attempt, after.crashes) == (State.SUCCEEDED, 1, 1)
+        log = await store.occurrence_attempts(occ.id)
+        assert [(a.attempt, a.outcome) for a in log] == [(1, CRASHED), (1, "succeeded")]
+
+    async def test_reap_of_a_retry_makes_it_failed(self, store: Store) -> None:
+        """A crashed retry (attempt 2) is failed (retry pending) at attempt 1, still due at
+        its retry time, and its next claim is attempt 2 again."""
+        occ = await _running(store, max_attempts=3)
+        failed = Outcome(occ.id, 1, State.FAILED, "handler_error", "boom", retry_at=at(5))
+        await store.occurrence_complete("i1", [failed], now=at(1))
+        (retry,) = await claim(store, instance="i2", now=at(5))
+        assert retry.attempt == 2
+        (reaped,) = await store.occurrence_reap(now=at(5) + TTL)
+        assert (reaped.state, reaped.attempt, reaped.crashes) == (State.FAILED, 1, 1)
+        assert (reaped.due_at, reaped.finished_at) == (at(5), None)
+        assert reaped.error_message == "lease of i2 expired (crash 1 of 3 allowed)"
+        (again,) = await claim(store, instance="i3", now=at(40))
+        assert (again.attempt, again.fencing_token) == (2, 3)
+        log = await store.occurrence_attempts(occ.id)
+        assert [(a.attempt, a.instance_id, a.outcome) for a in log] == [
+            (1, "i1", "failed"),
+            (2, "i2", CRASHED),
+        ]
+
+    async def test_a_reaped_occurrence_keeps_its_place_in_the_backlog(self, store: Store) -> None:
+        """due_at is unchanged by a reap: the crashed occurrence is claimed before one that
+        became due after it (but before the reap)."""
+        occ = await _running(store, key="first")
+        await insert(store, new_occurrence("second", due_at=at(1)))
+        await store.occurrence_reap(now=at(31))
+        assert [o.id for o in await claim(store, limit=1, now=at(31))] == [occ.id]
+
+    async def test_crash_loop_ends_dead_after_max_crashes(self, store: Store) -> None:
+        """max_crashes (3) expiries each run it again; the next one makes it dead with
+        crash_loop and finished_at = now, and its attempt record is dead."""
+        occ = await _running(store)
+        for crash in range(1, DEFAULT_MAX_CRASHES + 1):
+            (reaped,) = await store.occurrence_reap(now=at(100 * crash))
+            assert (reaped.state, reaped.attempt, reaped.crashes) == (State.SCHEDULED, 0, crash)
+            (again,) = await claim(store, instance=f"i{crash + 1}", now=at(100 * crash))
+            assert (again.attempt, again.fencing_token) == (1, crash + 1)
+        (dead,) = await store.occurrence_reap(now=at(1000))
+        assert (dead.state, dead.attempt, dead.crashes) == (State.DEAD, 1, 4)
+        assert (dead.error_code, dead.finished_at) == (ErrorCode.CRASH_LOOP.value, at(1000))
+        assert dead.lease_expires_at is None and dead.due_at == T0
+        assert dead.error_message == (
+            "lease of i4 expired (crash 4, max_crashes=3): its runner keeps dying"
+        )
+        assert await store.occurrence_get(occ.id) == dead
+        assert await claim(store, now=at(2000)) == []
+        log = await store.occurrence_attempts(occ.id)
+        assert [(a.attempt, a.fencing_token, a.outcome, a.error_code) for a in log] == [
+            *((1, n, CRASHED, ErrorCode.LEASE_EXPIRED.value) for n in (1, 2, 3)),
+            (1, 4, "dead", ErrorCode.CRASH_LOOP.value),
+        ]
+        assert (log[-1].finished_at, log[-1].error_message) == (at(1000), dead.error_message)
+
+    async def test_max_crashes_zero_makes_the_first_crash_final(self, store: Store) -> None:
+        """max_crashes=0: no crash is survived, whatever attempts are left."""
+        await insert(store, new_occurrence("k", max_attempts=5, max_crashes=0))
+        (occ,) = await claim(store, now=T0)
+        (dead,) = await store.occurrence_reap(now=at(45))
+        assert (dead.id, dead.state, dead.error_code) == (
+            occ.id,
+            State.DEAD,
+            ErrorCode.CRASH_LOOP.value,
+        )
+        assert (dead.attempt, dead.crashes, dead.max_crashes) == (1, 1, 0)
+        assert (dead.finished_at, dead.lease_expires_at) == (at(45), None)
         assert await claim(store, now=at(46)) == []
+
+    async def test_reap_returns_rows_by_plan_time(self, store: Store) -> None:
+        """Several expired leases are reaped at once and returned by plan_time."""
+        late = new_occurrence("late", plan_time=at(-1), due_at=T0)
+        early = new_occurrence("early", plan_time=at(-9), due_at=at(-5))
+        await insert(store, late, early)
+        await claim(store, now=T0)
+        reaped = await store.occurrence_reap(now=at(31))
+        assert [o.dedupe_key for o in reaped] == ["early", "late"]
+        assert all(o.state is State.SCHEDULED and o.crashes == 1 for o in reaped)
 
     async def test_reap_leaves_live_leases_alone(self, store: Store, clock: FakeClock) -> None:
         """Unexpired leases are untouched; expiry is inclusive (lease_expires_at <= now)."""

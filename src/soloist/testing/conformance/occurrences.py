@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from soloist.errors import PayloadError
-from soloist.models import Kind, Outcome, Overlap, PlanCursor, State
+from soloist.models import DEFAULT_MAX_CRASHES, Kind, Outcome, Overlap, PlanCursor, State
 from soloist.stores.base import Store
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance.base import T0, at, claim, insert, new_occurrence
@@ -47,6 +47,7 @@ class OccurrenceConformance:
         occ, created = await store.occurrence_insert(new_occurrence("k", due_at=at(60)))
         assert created
         assert (occ.state, occ.attempt, occ.fencing_token) == (State.SCHEDULED, 0, 0)
+        assert (occ.crashes, occ.max_crashes) == (0, DEFAULT_MAX_CRASHES)
         assert occ.created_at == at(5)
         assert occ.instance_id is None and occ.lease_expires_at is None
         assert occ.started_at is None and occ.finished_at is None
@@ -68,6 +69,7 @@ class OccurrenceConformance:
             max_attempts=4,
             overlap=Overlap.QUEUE,
             payload={"to": "a@b.c"},
+            max_crashes=7,
         )
         occ, _ = await store.occurrence_insert(item)
         stored = await store.occurrence_get(occ.id)
@@ -80,6 +82,7 @@ class OccurrenceConformance:
             "tenant-7",
         )
         assert (occ.kind, occ.max_attempts, occ.overlap) == (Kind.TASK, 4, Overlap.QUEUE)
+        assert (occ.crashes, occ.max_crashes) == (0, 7)
         assert occ.plan_time == plan and occ.due_at == due
         assert occ.plan_time.utcoffset() == timedelta(0) and occ.due_at.utcoffset() == timedelta(0)
         assert occ.plan_time.microsecond == 123456 and occ.due_at.microsecond == 999999
@@ -176,6 +179,7 @@ class OccurrenceConformance:
             "max_attempts": 4,
             "overlap": Overlap.QUEUE,
             "payload": {"to": "a@b.c", "t": (1, 2), "big": 1e20, "s": "héllo ✓"},
+            "max_crashes": 0,
         }
         single, _ = await store.occurrence_insert(new_occurrence("single", **fields))
         assert await store.occurrence_insert_many([new_occurrence("bulk", **fields)]) == 1
@@ -185,6 +189,23 @@ class OccurrenceConformance:
         assert await store.occurrence_get(bulk.id) == bulk
         assert bulk.created_at == at(5) and bulk.payload["t"] == [1, 2]
         assert bulk.plan_time.utcoffset() == timedelta(0)
+
+    async def test_every_insert_path_stores_max_crashes(self, store: Store) -> None:
+        """occurrence_insert, insert_many (values shared by the batch or not) and
+        plan_advance each store the item's max_crashes; every row starts with 0 crashes."""
+        await store.occurrence_insert(new_occurrence("one", max_crashes=0))
+        mixed = [new_occurrence(f"mixed{n}", max_crashes=n) for n in (5, 1, 0)]
+        assert await store.occurrence_insert_many(mixed) == 3
+        shared = [new_occurrence(f"shared{n}", max_crashes=9) for n in range(3)]
+        assert await store.occurrence_insert_many(shared) == 3
+        planned = [new_occurrence(f"plan{n}", due_at=at(n), max_crashes=n) for n in (2, 4)]
+        assert await store.plan_advance("job", "", None, at(4), 2, planned)
+        await store.occurrence_insert(new_occurrence("default"))
+        stored = {o.dedupe_key: o for o in await store.occurrence_list()}
+        expected = {"one": 0, "mixed5": 5, "mixed1": 1, "mixed0": 0, "plan2": 2, "plan4": 4}
+        expected |= {f"shared{n}": 9 for n in range(3)} | {"default": DEFAULT_MAX_CRASHES}
+        assert {key: occ.max_crashes for key, occ in stored.items()} == expected
+        assert {occ.crashes for occ in stored.values()} == {0}
 
     async def test_insert_many_of_nothing_is_zero(self, store: Store) -> None:
         """An empty batch creates nothing and returns 0."""

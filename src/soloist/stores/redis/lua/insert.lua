@@ -1,8 +1,8 @@
 -- Insert occurrences, ignoring existing dedupe keys. ARGV[5]: 'one', 'many' or 'plan'.
 -- 'plan': ARGV[6..10] = job, scope, expected last plan time ('' = no cursor yet), new
 -- last plan time, added count: the compare-and-set of the cursor, then the items (only if
--- it applied). Items (12 values each) follow: id, dedupe key, job, task, scope, plan time,
--- plan sort key, due time, kind, max attempts, overlap, payload.
+-- it applied). Items (13 values each) follow: id, dedupe key, job, task, scope, plan time,
+-- plan sort key, due time, kind, max attempts, overlap, payload, max crashes.
 -- Returns 'one': {created 0/1, row}; 'many': the number created; 'plan': 1 or 0.
 local mode = ARGV[5]
 local first = 6
@@ -22,7 +22,7 @@ if mode == 'plan' then
 end
 local created = 0
 local existing = nil
-for i = first, #ARGV, 12 do
+for i = first, #ARGV, 13 do
   local id, key = ARGV[i], ARGV[i + 1]
   local old = redis.call('HGET', B .. ':dedupe', key)
   if old then
@@ -34,7 +34,8 @@ for i = first, #ARGV, 12 do
     redis.call('HSET', okey(id), 'id', id, 'key', key, 'job', job, 'task', task,
       'scope', ARGV[i + 4], 'plan', ARGV[i + 5], 'due', due, 'kind', ARGV[i + 8],
       'state', 'scheduled', 'att', 0, 'max', ARGV[i + 9], 'ovl', ARGV[i + 10],
-      'payload', ARGV[i + 11], 'tok', 0, 'created', NOW_US, 'ord', ord)
+      'payload', ARGV[i + 11], 'crashes', 0, 'maxc', ARGV[i + 12], 'tok', 0,
+      'created', NOW_US, 'ord', ord)
     redis.call('HSET', B .. ':dedupe', key, id)
     redis.call('ZADD', B .. ':due:' .. task, due, ord)
     redis.call('SADD', B .. ':tasks', task)

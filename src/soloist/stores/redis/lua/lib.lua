@@ -14,9 +14,11 @@ end
 -- Work due no later than this after it is written wakes idle instances.
 local HORIZON = 60000000
 -- Fields of an occurrence hash, in the order soloist.stores.redis.codec reads them.
+-- 'crashes' and 'maxc' (max_crashes) are missing from rows written before they existed:
+-- read as 0 and 3 (see codec.occurrence and reap.lua).
 local FIELDS = {'id', 'key', 'job', 'task', 'scope', 'plan', 'due', 'kind', 'state', 'att',
   'max', 'ovl', 'payload', 'inst', 'lease', 'tok', 'created', 'started', 'finished', 'ecode',
-  'emsg', 'result'}
+  'emsg', 'result', 'crashes', 'maxc'}
 
 local function us(n)
   return string.format('%.0f', n)
@@ -86,7 +88,8 @@ local function busy(job, scope, n)
 end
 
 -- The fields a runner's write reads: the fence, and what the attempt record needs.
-local HELD = {'state', 'inst', 'tok', 'job', 'scope', 'task', 'ord', 'att', 'started', 'max', 'due'}
+local HELD = {'state', 'inst', 'tok', 'job', 'scope', 'task', 'ord', 'att', 'started', 'max', 'due',
+  'crashes', 'maxc'}
 local function held(id, tok, instance)
   local h = redis.call('HMGET', okey(id), unpack(HELD))
   if h[1] ~= 'running' or h[2] ~= instance or h[3] ~= tok then return nil end

@@ -1,6 +1,8 @@
--- Expired leases: every running occurrence whose lease expires at or before now becomes
--- failed (retry due now) if it has attempts left, else dead. Returns the updated rows by
--- plan time, then insertion.
+-- Expired leases: every running occurrence whose lease expires at or before now. A crash
+-- is not a failure (see Store.occurrence_reap): while crashes < max crashes it is claimable
+-- again at once (scheduled if its attempt was the first, else failed), its attempt given
+-- back, back in its task's due set with its due time unchanged; otherwise dead with
+-- crash_loop. Returns the updated rows by plan time, then insertion.
 local ids = redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', NOW_US)
 local reaped = {}
 for _, id in ipairs(ids) do
@@ -9,21 +11,30 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', B .. ':running', id)  -- not expected: an index entry without its row
   else
     local k = okey(id)
-    local state = 'dead'
-    if tonumber(h[8]) < tonumber(h[10]) then state = 'failed' end
-    local message = 'lease of ' .. (h[2] or '?') .. ' expired'
-    log(id, h, state, 'lease_expired', message)
+    -- Rows written before crash counts existed have neither field: 0 crashes, budget 3.
+    local crashes, maxc = tonumber(h[12] or '0'), tonumber(h[13] or '3')
+    local crash = us(crashes + 1)
+    local runner = 'lease of ' .. (h[2] or '?') .. ' expired (crash ' .. crash
     stopped(id, h)
-    redis.call('HSET', k, 'state', state, 'ecode', 'lease_expired', 'emsg', message)
-    if state == 'failed' then
-      redis.call('HSET', k, 'due', NOW_US)
-      redis.call('ZADD', B .. ':due:' .. h[6], NOW, h[7])
-      wake(NOW)
+    if crashes < maxc then
+      local att = tonumber(h[8])
+      local state = 'scheduled'
+      if att > 1 then state = 'failed' end
+      local message = runner .. ' of ' .. us(maxc) .. ' allowed)'
+      log(id, h, 'crashed', 'lease_expired', message)
+      redis.call('HSET', k, 'state', state, 'att', math.max(att - 1, 0), 'crashes', crash,
+        'maxc', us(maxc), 'ecode', 'lease_expired', 'emsg', message)
+      redis.call('ZADD', B .. ':due:' .. h[6], h[11], h[7])
+      move(h[7], h[4], 'running', state)
+      wake(tonumber(h[11]))
     else
-      redis.call('HSET', k, 'finished', NOW_US)
+      local message = runner .. ', max_crashes=' .. us(maxc) .. '): its runner keeps dying'
+      log(id, h, 'dead', 'crash_loop', message)
+      redis.call('HSET', k, 'state', 'dead', 'crashes', crash, 'maxc', us(maxc),
+        'finished', NOW_US, 'ecode', 'crash_loop', 'emsg', message)
       finished(h[7])
+      move(h[7], h[4], 'running', 'dead')
     end
-    move(h[7], h[4], 'running', state)
     reaped[#reaped + 1] = {h[7], id}
   end
 end
