@@ -4,6 +4,10 @@ Store-only commands (``jobs``, ``history``, ``trigger``, ``pause``, ``resume``,
 ``migrate``) need just the store URL (``--store`` or ``SOLOIST_STORE_URL``);
 ``run`` and ``enqueue`` load the app (``module:attribute`` or ``path/to/file.py:attr``).
 Errors print one line and exit with status 2 (bad input) or 1 (store failure).
+
+Read-only commands (``history``, ``show``, ``status``, ``jobs``) never migrate or create
+anything, on any store: a store without soloist's newest schema (a missing SQLite file,
+another app's database, an empty schema or Redis prefix) exits 1 with one line naming it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from soloist.operations import job_json, mask_url
 from soloist.scheduler import Scheduler
 from soloist.stores import DEFAULT_STORE_URL, open_store
 from soloist.stores.base import Store
+from soloist.stores.existing import require_schema
 
 T = TypeVar("T")
 
@@ -105,16 +110,29 @@ def _existing(url: str) -> str:
     return url
 
 
-def _with_store(url: str, action: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
+def _with_store(
+    url: str, action: Callable[[Store], Coroutine[Any, Any, T]], *, migrate: bool = True
+) -> T:
+    """``action(store)`` on the store at ``url``, migrated first; with ``migrate=False`` it
+    must exist at the newest schema already, and nothing is created."""
+
     async def go() -> T:
         store = open_store(url)
         try:
-            await store.migrate()
+            await (store.migrate() if migrate else require_schema(store))
             return await action(store)
         finally:
             await store.close()
 
     return _guard(lambda: asyncio.run(go()))
+
+
+def _read_only_app(url: str) -> Scheduler:
+    """A Scheduler for a read-only command: it never migrates or creates anything."""
+    # The URL comes from --store or SOLOIST_STORE_URL: make them agree, so that the
+    # Scheduler has no conflict between its argument and the environment to warn about.
+    os.environ["SOLOIST_STORE_URL"] = url
+    return _guard(lambda: Scheduler(url, migrate=False))
 
 
 @main.command()
@@ -247,7 +265,7 @@ def jobs(store: str, as_json: bool) -> None:
     async def fetch(s: Store) -> tuple[list[JobRecord], datetime]:
         return await s.job_list(), await s.now()
 
-    records, now = _with_store(_guard(lambda: _existing(store)), fetch)
+    records, now = _with_store(store, fetch, migrate=False)
     rows = [_job_row(r, now) for r in records]
     if as_json:
         for row in rows:
@@ -277,7 +295,7 @@ def _job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
 def status(store: str, as_json: bool) -> None:
     """Live instances, the leader and its epoch, and each job's next plan time."""
 
-    app = Scheduler(_guard(lambda: _existing(store)))
+    app = _read_only_app(store)
     report = _guard(app.status)
     if as_json:
         click.echo(json.dumps(report))
@@ -306,7 +324,7 @@ def status(store: str, as_json: bool) -> None:
 @json_option
 def history(store: str, job: str | None, state: str | None, limit: int, as_json: bool) -> None:
     """Show what ran, when, where, and why it failed: newest plan time first."""
-    app = Scheduler(_guard(lambda: _existing(store)))
+    app = _read_only_app(store)
     occurrences = _guard(lambda: app.history(job=job, state=state, limit=limit))
     for occ in occurrences:
         if as_json:
@@ -327,7 +345,7 @@ def history(store: str, job: str | None, state: str | None, limit: int, as_json:
 @json_option
 def show(occurrence_id: str, store: str, as_json: bool) -> None:
     """One occurrence with the audit log of its attempts."""
-    app = Scheduler(_guard(lambda: _existing(store)))
+    app = _read_only_app(store)
     occ, attempts = _guard(lambda: app.attempts(occurrence_id))
     if as_json:
         click.echo(json.dumps({**occ.to_json(), "attempts": [a.to_json() for a in attempts]}))

@@ -41,6 +41,7 @@ from soloist.runtime.health import Health
 from soloist.schedules import Schedule
 from soloist.stores import check_store_url, open_store
 from soloist.stores.base import Store
+from soloist.stores.existing import require_schema
 
 if TYPE_CHECKING:
     from soloist.http.server import HttpServer
@@ -57,6 +58,9 @@ class Scheduler:
 
     ``Scheduler()`` uses ``SOLOIST_STORE_URL`` or ``sqlite:///soloist.db``. Every
     argument may also come from the environment (see :class:`soloist.config.Config`).
+    ``migrate=False``: never create or upgrade the store's schema when opening it; a store
+    without soloist's newest schema fails the first call with StoreUnavailableError
+    naming it, and nothing is created (what the CLI's read-only commands use).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class Scheduler:
         http: object = None,
         token: str | None = None,
         max_leaked_threads: int | None = None,
+        migrate: bool = True,
     ) -> None:
         url = store.url if isinstance(store, Store) else store
         if url is not None and not isinstance(url, str):
@@ -98,6 +103,7 @@ class Scheduler:
         self.metrics = Metrics(self.config.instance_id, self.config.mode)
         self._http: HttpServer | None = None
         self._given_store = store if isinstance(store, Store) else None
+        self._migrate = migrate
         self._store: Store | None = None
         self._store_ready = False
         self.registry = Registry()
@@ -536,9 +542,16 @@ class Scheduler:
         if self._store is None:
             self._store = self._given_store or self._open_store()
         if not self._store_ready:
-            await self._store.migrate()
+            await self._prepare(self._store)
             self._store_ready = True
         return self._store
+
+    async def _prepare(self, store: Store) -> None:
+        """Migrate ``store``, or with ``migrate=False`` check its schema, creating nothing."""
+        if self._migrate:
+            await store.migrate()
+        else:
+            await require_schema(store)
 
     def _open_store(self) -> Store:
         # The drivers derive their timeouts from the lease TTL (soloist.stores.deadlines).
@@ -554,7 +567,7 @@ class Scheduler:
             if self._portal_store is None:
                 store = self._open_store()
                 try:
-                    await store.migrate()
+                    await self._prepare(store)
                 except BaseException:
                     await store.close()
                     raise

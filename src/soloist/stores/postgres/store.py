@@ -23,6 +23,7 @@ from soloist.models import (
 )
 from soloist.stores._values import aware_utc, positive_ttl
 from soloist.stores.deadlines import Deadlines
+from soloist.stores.existing import schema_problem
 from soloist.stores.postgres import codec, migrations
 from soloist.stores.postgres.connections import (
     ORDERED_WALK,
@@ -117,6 +118,24 @@ class PostgresStore:
                 await migrations.migrate(conn, self.schema)
             finally:
                 await conn.close()
+
+    async def schema_check(self) -> None:
+        """See :class:`soloist.stores.existing.ChecksSchema`: one read of the schema's
+        version table; a missing schema or table reads as no store."""
+        with self._conns.translated():
+            conn = await self._conns.connect()
+            try:
+                found = await migrations.schema_version(conn, self.schema)
+            finally:
+                await conn.close()
+        problem = schema_problem(
+            self.target.display,
+            found,
+            len(migrations.MIGRATIONS),
+            f"schema {self.schema!r} has no soloist tables",
+        )
+        if problem is not None:
+            raise problem
 
     async def close(self) -> None:
         await self._conns.close_all()

@@ -25,6 +25,7 @@ from soloist.models import (
 )
 from soloist.stores._values import positive_ttl
 from soloist.stores.deadlines import Deadlines
+from soloist.stores.existing import schema_problem
 from soloist.stores.redis import codec
 from soloist.stores.redis.connections import Connections
 from soloist.stores.redis.url import parse_url
@@ -115,6 +116,20 @@ class RedisStore:
                 )
             await self._identify(client)
             await self._conns.load_scripts()
+
+    async def schema_check(self) -> None:
+        """See :class:`soloist.stores.existing.ChecksSchema`: reads ``{prefix}:schema``
+        (written by :meth:`migrate`); a prefix without it holds no store."""
+        with self._conns.translated():
+            stored = await self._client().get(self._key("schema"))
+        problem = schema_problem(
+            self.target.display,
+            int(stored or 0),
+            SCHEMA_VERSION,
+            f"key {self._key('schema')} does not exist",
+        )
+        if problem is not None:
+            raise problem
 
     async def _identify(self, client: Any) -> None:
         """Write ``{prefix}:identity`` (server time in microseconds, ``-``, a random id)

@@ -28,7 +28,7 @@ from soloist.models import (
 )
 from soloist.stores._values import new_ids, positive_ttl, result_json
 from soloist.stores.deadlines import Deadlines
-from soloist.stores.sqlite import codec, coordination, migrations, ops
+from soloist.stores.sqlite import codec, coordination, existing, migrations, ops
 
 __all__ = ["SQLiteStore", "sqlite_path"]
 
@@ -149,6 +149,11 @@ class SQLiteStore:
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
         await self._run(migrations.migrate)
+
+    async def schema_check(self) -> None:
+        """See :class:`soloist.stores.existing.ChecksSchema`: a read-only connection of its
+        own, so nothing is created (not even the file)."""
+        await asyncio.to_thread(existing.check_schema, self.path)
 
     async def close(self) -> None:
         if self._closed:
