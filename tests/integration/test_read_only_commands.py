@@ -44,7 +44,7 @@ def refused(done: subprocess.CompletedProcess[str], names: str) -> None:
     """Exit 1, one stderr line saying there is no store (or an old one) and naming it."""
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert done.stderr.strip().count("\n") == 0, done.stderr
-    assert "soloist store at" in done.stderr and names in done.stderr, done.stderr
+    assert " store at " in done.stderr and names in done.stderr, done.stderr
 
 
 def digest(path: Path) -> str:
@@ -108,7 +108,7 @@ def test_scheduler_without_migrate_creates_nothing(tmp_path: Path) -> None:
     and does not create it; on an existing store it works."""
     path = tmp_path / "x.db"
     app = Scheduler(f"sqlite:///{path}", migrate=False)
-    with pytest.raises(StoreUnavailableError, match="no soloist store"):
+    with pytest.raises(StoreUnavailableError, match="no SQLite store"):
         app.history()
     app.close()
     assert not path.exists()

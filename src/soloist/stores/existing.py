@@ -33,14 +33,17 @@ async def require_schema(store: Store) -> None:
         await store.schema_check()
 
 
-def schema_problem(where: str, found: int, needed: int, what: str) -> StoreError | None:
+def schema_problem(
+    where: str, found: int, needed: int, what: str, kind: str = "soloist"
+) -> StoreError | None:
     """The error for a store at schema version ``found`` when this code needs ``needed``
-    (``what``: what is missing when ``found`` is 0), or None when they agree."""
+    (``what``: what is missing when ``found`` is 0; ``kind`` of store, for the message), or
+    None when they agree."""
     if found == needed:
         return None
     if found == 0:
         return StoreUnavailableError(
-            f"no soloist store at {where}: {what}; check the store URL (--store, "
+            f"no {kind} store at {where}: {what}; check the store URL (--store, "
             "SOLOIST_STORE_URL): a store is created by 'soloist migrate' or by a running "
             "instance"
         )

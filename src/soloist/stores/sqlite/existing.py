@@ -20,7 +20,7 @@ def check_schema(path: str) -> None:
     schema (StoreError if newer). Blocking: run it on a worker thread."""
     if not os.path.isfile(path):
         raise StoreUnavailableError(
-            f"no soloist store at {path!r}: the file does not exist; check the store URL "
+            f"no SQLite store at {path!r}: the file does not exist; check the store URL "
             "(--store, SOLOIST_STORE_URL): a store is created by 'soloist migrate' or by a "
             "running instance"
         )
@@ -34,7 +34,7 @@ def check_schema(path: str) -> None:
     except sqlite3.Error as exc:
         raise StoreUnavailableError(f"cannot read SQLite store at {path!r}: {exc}") from None
     problem = schema_problem(
-        repr(path), found, len(migrations.MIGRATIONS), "the file has no soloist tables"
+        repr(path), found, len(migrations.MIGRATIONS), "the file has no soloist tables", "SQLite"
     )
     if problem is not None:
         raise problem
