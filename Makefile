@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint types docs unit install clean
+.PHONY: demo test lint types docs unit chaos install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test: lint types docs
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
+
+# The chaos suite's long form: every fault on every store where it applies, with more work
+# each, and the figures of lost and doubled work at the end (make test runs a quick subset).
+chaos: $(STAMP)
+	SOLOIST_CHAOS=long $(BIN)/python -m pytest -q -m chaos tests/chaos
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .site

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from glob import glob
 from pathlib import Path
@@ -21,6 +24,7 @@ import pytest
 from .harness import EVERY_SCENARIO, REPORT, ChaosCluster
 from .servers import PostgresServer, RedisServer, Unavailable
 
+FAKETIME_FIX = Path(__file__).parent / "faketime_fix"
 #: Where Debian (package libfaketime) and other systems put the preload library.
 LIBFAKETIME_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
@@ -134,10 +138,51 @@ def own_postgres() -> Iterator[PostgresServer]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def libfaketime() -> str:
-    """The libfaketime preload library (``SOLOIST_TEST_LIBFAKETIME``, else the usual
-    places); skipped if absent, failed with ``CI=true``."""
+class Faketime:
+    """Runs processes with their wall clock off by a number of seconds (libfaketime),
+    their monotonic clock untouched."""
+
+    def __init__(self, library: str, sleep_fix: bool) -> None:
+        self.library = library
+        #: libfaketime 0.9.10 breaks Python's time.sleep (see faketime_fix/sitecustomize.py).
+        self.sleep_fix = sleep_fix
+
+    def env(self, offset: int) -> dict[str, str]:
+        env = {
+            "LD_PRELOAD": self.library,
+            "FAKETIME": f"{offset:+d}s",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+        if self.sleep_fix:
+            path = [str(FAKETIME_FIX), *filter(None, [os.environ.get("PYTHONPATH")])]
+            env["PYTHONPATH"] = os.pathsep.join(path)
+        return env
+
+    def works(self) -> str | None:
+        """None if a skewed Python process sleeps and reads a skewed clock, else why not."""
+        probe = (
+            "import time, threading; t = time.monotonic(); time.sleep(0.05); "
+            "threading.Event().wait(0.05); assert time.monotonic() - t < 5; "
+            "print(time.time())"
+        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", probe],
+                env=os.environ | self.env(-30),
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return "a probe process hung"
+        if done.returncode != 0:
+            return (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
+        skew = float(done.stdout) - time.time()
+        return None if -35 < skew < -25 else f"the probe's clock was off by {skew:.1f}s, not -30s"
+
+
+def _find_libfaketime() -> str | None:
     explicit = os.environ.get("SOLOIST_TEST_LIBFAKETIME")
     if explicit:
         if not Path(explicit).is_file():
@@ -147,6 +192,24 @@ def libfaketime() -> str:
         for found in sorted(glob(pattern)):
             if Path(found).is_file():
                 return found
-    hint = "apt-get install libfaketime" if shutil.which("apt-get") else "install libfaketime"
-    missing(f"clock-skew scenarios need libfaketime ({hint}, or set SOLOIST_TEST_LIBFAKETIME)")
-    raise AssertionError("unreachable")
+    return None
+
+
+@pytest.fixture(scope="session")
+def faketime() -> Faketime:
+    """libfaketime (``SOLOIST_TEST_LIBFAKETIME``, else the usual places), checked on a
+    probe process; with the time.sleep fix if this libfaketime needs it. Skipped if
+    absent or broken, failed then with ``CI=true``."""
+    library = _find_libfaketime()
+    if library is None:
+        hint = "apt-get install libfaketime" if shutil.which("apt-get") else "install it"
+        missing(f"clock-skew scenarios need libfaketime ({hint}, or SOLOIST_TEST_LIBFAKETIME)")
+        raise AssertionError("unreachable")
+    plain = Faketime(library, sleep_fix=False)
+    if plain.works() is None:
+        return plain
+    fixed = Faketime(library, sleep_fix=True)
+    problem = fixed.works()
+    if problem is not None:
+        missing(f"libfaketime {library} does not work with this Python: {problem}")
+    return fixed

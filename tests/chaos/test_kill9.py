@@ -1,6 +1,7 @@
 """kill -9 of an instance while its handlers run, default options: nothing is lost.
 
-Three instances drain sync and async tasks (``retries=0``) and run the every-second job.
+Three instances drain sync and async tasks (``retries=0``) fed at a steady rate, and run
+the every-second job.
 Once one of them holds several running tasks it is killed with SIGKILL (in the long form:
 three times, a fresh instance replacing each victim). A killed runner's leases expire, the
 occurrences are reaped and run again without spending a retry (a crash is not a failure),
@@ -19,6 +20,8 @@ from .harness import CONCURRENCY, ChaosCluster, scaled
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(scaled(150, 300))]
 
+#: Tasks fed per second: about 14 of the 30 slots busy (20 after a kill).
+RATE = 15
 STORES = [
     pytest.param("sqlite", marks=pytest.mark.quick),
     pytest.param("postgres"),
@@ -32,7 +35,7 @@ def test_kill9_mid_run_loses_nothing(store: str, store_url, cluster_factory) -> 
     and only the killed runs complete twice."""
     cluster: ChaosCluster = cluster_factory(store_url(store), f"kill9[{store}]")
     alive = cluster.start_all("a", "b", "c")
-    cluster.enqueue_tasks(scaled(40, 240), (0.3, 1.5))
+    cluster.enqueue_tasks(scaled(40, 240), (0.3, 1.5), rate=RATE)
     replacements = iter(("d", "e", "f"))
     for _ in range(scaled(1, 3)):
         victim, held = cluster.busiest(alive, minimum=3)
