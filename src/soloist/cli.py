@@ -194,7 +194,7 @@ def run(
     """Run the workers of APP (module:attribute) until SIGTERM or Ctrl-C."""
     logs.configure(log_level, log_format)
     # Apps usually build Scheduler() from the environment: set it before importing.
-    os.environ["SOLOIST_STORE_URL"] = store
+    _export_store(store)
     if instance_id:
         os.environ["SOLOIST_INSTANCE_ID"] = instance_id
     if mode:
@@ -212,6 +212,15 @@ def run(
     if token:
         scheduler.config = dataclasses.replace(scheduler.config, token=token)
     _guard(scheduler.run)
+
+
+def _export_store(store: str) -> None:
+    """Give ``--store`` (typed, or from SOLOIST_STORE_URL) to the app through the
+    environment, for a ``Scheduler()`` built without a store. Not the default: an app that
+    names its own store must not be told that it differs from a URL nobody gave."""
+    source = click.get_current_context().get_parameter_source("store")
+    if source is not click.core.ParameterSource.DEFAULT:
+        os.environ["SOLOIST_STORE_URL"] = store
 
 
 def _apply_command_line(
@@ -439,7 +448,7 @@ def enqueue(
     if not isinstance(data, dict):
         click.echo(f"error: invalid --json {payload!r}: expected a JSON object", err=True)
         raise SystemExit(2)
-    os.environ["SOLOIST_STORE_URL"] = store
+    _export_store(store)
     app = _guard(lambda: load_app(app_spec))
     occurrence = _guard(lambda: app.enqueue(task, delay=delay, at=at_, key=key, **data))
     click.echo(f"enqueued {task}: occurrence {occurrence}")

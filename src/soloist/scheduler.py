@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Coroutine, Iterable
@@ -46,6 +47,7 @@ from soloist.stores.existing import require_schema
 if TYPE_CHECKING:
     from soloist.http.server import HttpServer
 
+log = logging.getLogger("soloist")
 T = TypeVar("T")
 F = TypeVar("F", bound=Handler)
 L = TypeVar("L", bound=LeadershipCallback)
@@ -103,6 +105,10 @@ class Scheduler:
         self.metrics = Metrics(self.config.instance_id, self.config.mode)
         self._http: HttpServer | None = None
         self._given_store = store if isinstance(store, Store) else None
+        #: SOLOIST_STORE_URL when it differs from the store given here (which wins): logged
+        #: as a WARNING when the store is first opened (see :meth:`_store_warnings`).
+        self._env_store = _other_env_store(url)
+        self._store_warned = False
         self._migrate = migrate
         self._store: Store | None = None
         self._store_ready = False
@@ -435,6 +441,7 @@ class Scheduler:
                     f"{mask_url(config.store_url)} is open already (a call was made before)"
                 )
             self._given_store = None
+            self._env_store = _other_env_store(store)
             config = dataclasses.replace(config, store_url=store)
         config = dataclasses.replace(
             config, instance_id=instance_id or config.instance_id, mode=mode or config.mode
@@ -472,6 +479,15 @@ class Scheduler:
             metrics=self.metrics,
         )
         await self._runtime.start()
+        if self.config.store_url.startswith("sqlite:") and self.config.mode != "local":
+            log.info(
+                "store %s is a SQLite file: it coordinates the processes of this host only; "
+                "instances on other hosts (other pods or containers, each with its own "
+                "file) would each run every job: give them one PostgreSQL or Redis store "
+                "(SOLOIST_STORE_URL)",
+                mask_url(self.config.store_url),
+                extra={"action": "store_scope", "mode": self.config.mode},
+            )
 
     @property
     def http_address(self) -> tuple[str, int] | None:
@@ -548,10 +564,30 @@ class Scheduler:
 
     async def _prepare(self, store: Store) -> None:
         """Migrate ``store``, or with ``migrate=False`` check its schema, creating nothing."""
+        self._store_warnings()
         if self._migrate:
             await store.migrate()
         else:
             await require_schema(store)
+
+    def _store_warnings(self) -> None:
+        """Once, when the store is first opened: a WARNING when the store given to the
+        constructor (or by ``soloist run --store``) is not SOLOIST_STORE_URL. An argument
+        wins over the environment, so a pod whose app names a store of its own ignores the
+        store its deployment gives it: every pod would run every job on a file of its own."""
+        if self._store_warned or self._env_store is None:
+            return
+        self._store_warned = True
+        used = mask_url(self.config.store_url)
+        log.warning(
+            "store %s given to Scheduler() differs from SOLOIST_STORE_URL=%s: using %s (an "
+            "argument wins over the environment); build Scheduler() without a store to use "
+            "the environment, or give soloist run --store",
+            used,
+            mask_url(self._env_store),
+            used,
+            extra={"action": "store_conflict"},
+        )
 
     def _open_store(self) -> Store:
         # The drivers derive their timeouts from the lease TTL (soloist.stores.deadlines).
@@ -620,6 +656,13 @@ class Scheduler:
             with contextlib.suppress(Exception):
                 portal.call(store.close())
         portal.close()
+
+
+def _other_env_store(given: str | None) -> str | None:
+    """SOLOIST_STORE_URL if it is set and differs from the store URL ``given`` to a
+    Scheduler (None when no URL was given: the environment is used)."""
+    env = os.environ.get("SOLOIST_STORE_URL")
+    return env if given is not None and env and env != given else None
 
 
 class Schedules:
