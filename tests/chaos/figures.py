@@ -109,7 +109,7 @@ def compute(
     done_by_key: dict[str, list[Completion]] = defaultdict(list)
     for c in completions:
         done_by_key[c.key].append(c)
-    fig = Figures(crashes=sum(o.crashes for o in history))
+    fig = Figures(crashes=sum(getattr(o, "crashes", 0) for o in history))
 
     queued: dict[int, list[Occurrence]] = defaultdict(list)
     for occ in history:
@@ -237,6 +237,7 @@ def _describe(occ: Occurrence) -> str:
     if occ.error_code:
         text += f"/{occ.error_code}"
     return (
-        f"{text} (attempt {occ.attempt}, crashes {occ.crashes}, token {occ.fencing_token}, "
+        f"{text} (attempt {occ.attempt}, crashes {getattr(occ, 'crashes', 0)}, "
+        f"token {occ.fencing_token}, "
         f"on {occ.instance_id}: {occ.error_message or ''})"
     )

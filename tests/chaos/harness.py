@@ -233,6 +233,25 @@ class ChaosCluster(Cluster):
             for o in held
         )
 
+    def leader_after_a_run(self, timeout: float = 30) -> str:
+        """The leader's id, just after it finished a run of the every-second job (so that
+        a kill now lands between runs)."""
+
+        def probe() -> str | None:
+            leader = self.status()["leader_id"]
+            ticks = [o for o in self.history(TICK) if o.instance_id == leader]
+            last = max(ticks, key=lambda o: o.plan_time, default=None)
+            fresh = (
+                last is not None
+                and last.state is State.SUCCEEDED
+                and last.finished_at is not None
+                and self.store_now() - last.finished_at < timedelta(seconds=0.5)
+            )
+            return leader if fresh else None
+
+        found: str = wait_for(probe, timeout, "the leader to finish a run", interval=0.05)
+        return found
+
     def wait_until_done(self, share: float, timeout: float = 60) -> None:
         """Wait until ``share`` of the tasks queued so far (or being fed) succeeded."""
         target = math.ceil(share * len(self.tasks))

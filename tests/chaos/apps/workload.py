@@ -1,8 +1,9 @@
 """Chaos app: a job every second and queued tasks, all with the DEFAULT job and task options
-(retries=0, overlap skip, catch_up latest, max_crashes 3).
+(retries=0, overlap skip, catch_up latest, max_crashes 3). The one exception:
+``CHAOS_CATCH_UP`` sets the job's ``catch_up``, for the scenario about that option.
 
-Instance settings only come from the environment (``SOLOIST_LEASE_TTL``, ``SOLOIST_MODE``)
-or are set here (a short poll interval and grace period so that tests move quickly).
+Instance settings come from the environment (``SOLOIST_LEASE_TTL``, ``SOLOIST_MODE``) or
+are set here (a short poll interval and grace period so that tests move quickly).
 
 Every handler, once its work is done, appends one line to the file named by ``CHAOS_OUT``:
 ``<occurrence id> <key> <instance id> <pid> <fencing token>``, the key being the plan time
@@ -32,7 +33,11 @@ def _completed(ctx: JobContext, key: str) -> None:
         os.close(fd)
 
 
-@app.job(every("1s"), name="tick")
+#: Default options, unless a scenario about the catch-up policy sets CHAOS_CATCH_UP.
+TICK_OPTIONS = {"catch_up": os.environ["CHAOS_CATCH_UP"]} if "CHAOS_CATCH_UP" in os.environ else {}
+
+
+@app.job(every("1s"), name="tick", **TICK_OPTIONS)
 def tick(ctx: JobContext) -> str:
     _completed(ctx, ctx.plan_time.isoformat())
     return ctx.instance_id
