@@ -28,6 +28,7 @@ from soloist.stores.postgres.connections import ORDERED_WALK, ORDERED_WALK_END
 from soloist.stores.postgres.migrations import MIGRATIONS
 from soloist.stores.postgres.queries import Queries
 from soloist.testing.conformance import claim, new_occurrence
+from soloist.testing.conformance.base import insert
 from soloist.testing.conformance.processes import race_claimers
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)  # due for any real clock
@@ -324,6 +325,37 @@ async def test_claims_walk_the_claim_index_without_sorting_the_due_rows(
     assert "Index Scan" in scan and "rows=1 loops=1" in scan, next_plan  # stopped at once
 
 
+async def test_the_overlap_probe_goes_straight_to_its_group(
+    postgres_dsn: str, store: PostgresStore
+) -> None:
+    """Local mode: 1,000 earlier due copies of a skip job left by dead instances (same job,
+    tasks of their own) do not block the live instance's copy, and the claim's
+    earlier-sibling probe finds its group (job, scope, task) in the index alone, without
+    walking the other copies."""
+    items = [
+        new_occurrence(
+            f"dead{n}", job="tick", task=f"tick@{n}", due_at=LONG_AGO, overlap=Overlap.SKIP
+        )
+        for n in range(1000)
+    ]
+    live = new_occurrence(
+        "live",
+        job="tick",
+        task="tick@live",
+        due_at=LONG_AGO + timedelta(seconds=1),
+        overlap=Overlap.SKIP,
+    )
+    assert await store.occurrence_insert_many([*items, live]) == 1001
+    sql_ = Queries(store.schema)
+    params = {"now": None, "tasks": ["tick@live"], "limit": 10, "instance": "i1", "ttl": TTL}
+    plan = await asyncio.to_thread(_plan, postgres_dsn, sql_.claim, params)
+    (probe,) = [line for line in plan.splitlines() if "using occurrences_group_siblings" in line]
+    assert "Index Only Scan" in probe, plan
+    index_cond = plan.split(probe, 1)[1].splitlines()[1]
+    assert "(task = o.task)" in index_cond, plan
+    assert [o.dedupe_key for o in await claim(store, tasks=["tick@live"])] == ["live"]
+
+
 def _indexes(dsn: str, schema: str) -> set[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
@@ -392,7 +424,7 @@ async def test_migration_3_keeps_rows_and_trims_the_indexes(
         assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
         indexes = _indexes(postgres_dsn, schema)
         assert "occurrences_lease" not in indexes and "occurrences_siblings" not in indexes
-        assert "occurrences_job_siblings" in indexes
+        assert "occurrences_group_siblings" in indexes  # 3's job_siblings, as of migration 5
         later, _ = await store.occurrence_insert(
             new_occurrence("b", due_at=LONG_AGO + timedelta(seconds=1), overlap=Overlap.SKIP)
         )
@@ -454,6 +486,36 @@ async def test_a_schema_at_version_3_gains_crash_counts_keeping_its_rows(
         await store.occurrence_insert_now(new_occurrence("now", max_crashes=5))
         stored = {o.dedupe_key: o.max_crashes for o in await store.occurrence_list()}
         assert stored == {"old": 3, "done": 3, "one": 0, "m1": 1, "m2": 2, "now": 5}
+    finally:
+        await store.close()
+
+
+async def test_a_schema_at_version_4_gets_the_overlap_group_index_keeping_its_rows(
+    postgres_dsn: str, postgres_url: str
+) -> None:
+    """Migration 5 swaps the (job, scope) siblings index for a (job, scope, task) one,
+    keeping the rows; the overlap rule then groups by (job, scope, task)."""
+    schema = parse_url(postgres_url).schema
+    _old_schema(postgres_dsn, schema, 4, ("a", "scheduled", "skip"))
+    assert "occurrences_job_siblings" in _indexes(postgres_dsn, schema)
+    store = PostgresStore(postgres_url)
+    try:
+        await store.migrate()
+        assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+        indexes = _indexes(postgres_dsn, schema)
+        assert "occurrences_job_siblings" not in indexes
+        assert "occurrences_group_siblings" in indexes
+        other_task, same_task = await insert(
+            store,
+            new_occurrence(
+                "b", task="other", due_at=LONG_AGO + timedelta(seconds=1), overlap=Overlap.SKIP
+            ),
+            new_occurrence("c", due_at=LONG_AGO + timedelta(seconds=2), overlap=Overlap.SKIP),
+        )
+        claimed = await claim(store, tasks=["task", "other"])
+        assert [o.id for o in claimed] == ["a", other_task.id]
+        skipped = await store.occurrence_get(same_task.id)
+        assert skipped is not None and skipped.state == State.SKIPPED
     finally:
         await store.close()
 

@@ -311,8 +311,12 @@ def _check_indexes(raw: redis.Redis, store: RedisStore) -> None:
         if r["state"] in ("scheduled", "failed"):
             due.setdefault(r["task"], {})[r["ord"]] = float(r["due"])
         if r["state"] == "running":
-            busy[f"{r['job']}\0{r['scope']}"] += 1
+            # The overlap group's counter, named in the row when it was claimed.
+            assert r["busy"] == f"{r['job']}\0{r['scope']}\0{r['task']}"
+            busy[r["busy"]] += 1
             running[r["id"]] = float(r["lease"])
+        else:
+            assert "busy" not in r
         assert raw.hget(f"{b}:dedupe", r["key"]) == r["id"]
     assert set(raw.zrange(f"{b}:all", 0, -1)) == {r["ord"] for r in rows}
     for state in ("scheduled", "running", "failed", "succeeded", "dead", "skipped"):
@@ -325,6 +329,42 @@ def _check_indexes(raw: redis.Redis, store: RedisStore) -> None:
     finished = by_state.get("succeeded", set()) | by_state.get("dead", set())
     assert set(raw.zrange(f"{b}:done", 0, -1)) == finished | by_state.get("skipped", set())
     assert raw.hlen(f"{b}:dedupe") == len(rows)
+
+
+async def test_rows_claimed_before_the_task_joined_the_overlap_group(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    """A row claimed before the overlap group became (job, scope, task) holds the old
+    (job, scope) counter and no 'busy' field: while it runs it still blocks its job and
+    scope, and when it stops (completed or reaped) that counter, not the new one, goes down:
+    the counters never drift."""
+    b = store.target.base
+    old, new = "job\0", "job\0\0task"
+
+    async def claim_as_before(key: str, now: datetime) -> Occurrence:
+        await store.occurrence_insert(new_occurrence(key, overlap=Overlap.SKIP, due_at=now))
+        (running,) = await claim(store, now=now)
+        assert raw.hget(f"{b}:o:{running.id}", "busy") == new
+        assert raw.hgetall(f"{b}:busy") == {new: "1"}
+        raw.hdel(f"{b}:o:{running.id}", "busy")  # as the previous version claimed it
+        raw.hdel(f"{b}:busy", new)
+        raw.hset(f"{b}:busy", old, 1)
+        return running
+
+    running = await claim_as_before("old", T0)
+    await store.occurrence_insert(new_occurrence("next", overlap=Overlap.SKIP, due_at=at(1)))
+    assert await claim(store, now=at(2)) == []
+    assert [o.dedupe_key for o in await store.occurrence_list(state=State.SKIPPED)] == ["next"]
+    done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+    assert await store.occurrence_complete("i1", [done], now=at(3)) == {running.id}
+    assert raw.hgetall(f"{b}:busy") == {}
+    _check_indexes(raw, store)
+
+    running = await claim_as_before("crashed", at(4))
+    (reaped,) = await store.occurrence_reap(now=at(4) + TTL)
+    assert reaped.id == running.id and reaped.state == State.SCHEDULED
+    assert raw.hgetall(f"{b}:busy") == {}
+    _check_indexes(raw, store)
 
 
 def _comparable(o: Occurrence) -> tuple[object, ...]:

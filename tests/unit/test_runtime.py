@@ -377,11 +377,13 @@ async def test_enqueue_many_queues_each_payload_or_none(
 async def test_local_mode_runs_every_job_in_every_instance(
     clock: FakeClock, store: MemoryStore
 ) -> None:
-    """mode='local': each instance plans and claims its own occurrence of every instant."""
+    """mode='local': each instance plans and claims its own occurrence of every instant,
+    under the job's own name (an instance-local task name keeps the copies apart)."""
+    seen: list[str] = []
     runtimes = []
     for iid in ("a", "b"):
         app = make_app(clock, store, iid, mode="local")
-        app.job(every("1s"), name="tick", overlap="allow")(lambda ctx: None)
+        app.job(every("1s"), name="tick", overlap="allow")(lambda ctx: seen.append(ctx.job))
         runtimes.append(await started(app))
     for _ in range(2):
         for runtime in runtimes:
@@ -393,7 +395,12 @@ async def test_local_mode_runs_every_job_in_every_instance(
     rows = await store.occurrence_list(limit=100)
     ran = sorted((o.plan_time.second, o.instance_id) for o in rows if o.state is State.SUCCEEDED)
     assert ran == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
-    assert {o.job for o in rows} == {local_name("tick", "a"), local_name("tick", "b")}
+    assert {o.job for o in rows} == {"tick"} and seen == ["tick"] * 4
+    assert {(o.task, o.instance_id) for o in rows} == {
+        (local_name("tick", "a"), "a"),
+        (local_name("tick", "b"), "b"),
+    }
+    assert len(await store.occurrence_list(job="tick", limit=100)) == 4  # history --job tick
 
 
 async def test_local_mode_private_copies_do_not_skip_each_other(
@@ -417,11 +424,12 @@ async def test_local_mode_private_copies_do_not_skip_each_other(
     for runtime in runtimes:
         await settle(runtime)
     rows = await store.occurrence_list(limit=100)
-    copies = sorted((o.job, o.state.value) for o in rows if o.plan_time.second == 1)
+    copies = sorted((o.job, o.task, o.state.value) for o in rows if o.plan_time.second == 1)
     assert copies == [
-        (local_name("tick", "a"), "succeeded"),
-        (local_name("tick", "b"), "succeeded"),
+        ("tick", local_name("tick", "a"), "succeeded"),
+        ("tick", local_name("tick", "b"), "succeeded"),
     ]
+    assert all(o.state is not State.SKIPPED for o in rows)
 
 
 async def test_leader_mode_the_leader_plans_dynamic_schedules_and_any_instance_runs_them(

@@ -8,7 +8,7 @@ registrar.
 * ``leader``: only the elected leader plans and runs recurring jobs; every instance still
   runs queued tasks.
 * ``local``: no coordination: each instance plans and runs its own copy of every job
-  (under instance-local names), and warns when it sees other live instances.
+  (under instance-local task names), and warns when it sees other live instances.
 
 Leader election runs in every mode (it is also a user-facing primitive). On stop,
 planning ends first, the leader resigns so a follower takes over at once, running handlers

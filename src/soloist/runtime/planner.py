@@ -240,15 +240,16 @@ class Planner(Service):
         return job.schedule.next_after(t)
 
     def _occurrence(self, job: JobDef, scope: str, plan_time: datetime) -> NewOccurrence:
-        """The occurrence of ``job`` at ``plan_time``. In local mode its job, task and key
-        are this instance's own, so that each instance's private copy is a stream of its
-        own (overlap rules do not let one instance's copy skip another's)."""
+        """The occurrence of ``job`` at ``plan_time``. In local mode its task and key are
+        this instance's own (its job stays the job's name, as users see it): each instance's
+        private copy is a stream of its own, and since the overlap group is (job, scope,
+        task), one instance's running copy never makes another's skip or wait."""
         key = occurrence_key(job.name, scope, plan_time)
         task = self.registry.task(job.task)
         owner = self.local_owner
         return NewOccurrence(
             dedupe_key=key if owner is None else local_name(key, owner),
-            job=job.name if owner is None else local_name(job.name, owner),
+            job=job.name,
             task=job.task if owner is None else local_name(job.task, owner),
             scope=scope,
             plan_time=plan_time,

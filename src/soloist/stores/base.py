@@ -114,12 +114,15 @@ class Store(Protocol):
 
         Candidates: state ``scheduled`` or ``failed``, ``due_at <= now``, ``task`` in
         ``tasks``, ordered by ``due_at`` then ``plan_time``. Overlap: a candidate whose
-        overlap is ``skip`` or ``queue`` and whose (job, scope) already has a ``running``
-        occurrence (or one claimed earlier in this same batch) is not claimed; if its overlap
-        is ``skip`` it becomes ``skipped`` with error_code ``overlap`` and finished_at = now,
-        if ``queue`` it stays as it is. Claimed rows become ``running`` with attempt + 1,
-        fencing_token + 1, instance_id, started_at = now, lease_expires_at = now + lease_ttl,
-        finished_at/error cleared. Returns the claimed rows as updated."""
+        overlap is ``skip`` or ``queue`` and whose (job, scope, task) already has a
+        ``running`` occurrence (or one claimed earlier in this same batch) is not claimed; if
+        its overlap is ``skip`` it becomes ``skipped`` with error_code ``overlap`` and
+        finished_at = now, if ``queue`` it stays as it is. (A job always runs the same task,
+        except in ``local`` mode, where each instance runs its own copy of a job under a task
+        name of its own: the task in the group keeps one instance's running copy from holding
+        back another's.) Claimed rows become ``running`` with attempt + 1, fencing_token + 1,
+        instance_id, started_at = now, lease_expires_at = now + lease_ttl, finished_at/error
+        cleared. Returns the claimed rows as updated."""
         ...
 
     async def lease_renew(

@@ -157,12 +157,16 @@ class MemoryStore:
                 ),
                 key=lambda row: (row.occ.due_at, row.occ.plan_time, row.seq),
             )
-            busy = {(r.occ.job, r.occ.scope) for r in self._rows.values() if rows.running(r.occ)}
+            busy = {
+                (r.occ.job, r.occ.scope, r.occ.task)
+                for r in self._rows.values()
+                if rows.running(r.occ)
+            }
             for row in candidates:
                 if len(claimed) >= limit:
                     break
                 occ = row.occ
-                key = (occ.job, occ.scope)
+                key = (occ.job, occ.scope, occ.task)
                 if occ.overlap != Overlap.ALLOW and key in busy:
                     if occ.overlap == Overlap.SKIP:
                         self._set(rows.skipped(occ, now))

@@ -15,13 +15,13 @@ Design:
   LOCKED`` in claim order, updated to ``running`` with a new fencing token, and returned
   by ``UPDATE ... RETURNING``; concurrent claimers skip each other's rows instead of
   waiting. The overlap rules are part of the same statement: a ``skip``/``queue`` candidate
-  qualifies only if its (job, scope) has no running row and no earlier claimable due row,
-  which makes at most one such row per (job, scope) eligible in any snapshot; the row lock,
-  and PostgreSQL's re-check of a row changed after the snapshot, mean two claimers can
-  never both start one. ``skip`` rows blocked by a running or just-claimed sibling become
-  ``skipped`` in the same statement. (Unlike memory and SQLite, an earlier due row of the
-  same job and scope blocks a ``skip``/``queue`` candidate even if its task is not among
-  the claimer's tasks: that is what keeps claimers of different task lists from racing.)
+  qualifies only if its overlap group (job, scope, task) has no running row and no earlier
+  claimable due row, which makes at most one such row per group eligible in any snapshot;
+  the row lock, and PostgreSQL's re-check of a row changed after the snapshot, mean two
+  claimers can never both start one. ``skip`` rows blocked by a running or just-claimed
+  sibling become ``skipped`` in the same statement. (A group's rows share one task, so
+  every claimer that may take one of them sees them all: claimers of different task lists
+  cannot race.)
   The claim walks the partial claim index in due order and stops after its batch, however
   stale the planner's statistics: bitmap scans are off around it (``SET``/``RESET``
   pipelined with it), so it never fetches and sorts every due row.

@@ -163,6 +163,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE {schema}.occurrences ADD COLUMN crashes integer NOT NULL DEFAULT 0",
         "ALTER TABLE {schema}.occurrences ADD COLUMN max_crashes integer NOT NULL DEFAULT 3",
     ),
+    (
+        # 5: the overlap group is (job, scope, task): in local mode every instance's copies
+        # of a job share its name, each with a task of its own, and the copies a dead
+        # instance left stay claimable for good. With the task in the index, the claim's
+        # earlier-sibling probe goes straight to its own group instead of walking (and
+        # reading the rows of) every other instance's copies. As many entries as before.
+        "CREATE INDEX occurrences_group_siblings ON {schema}.occurrences "
+        f"(job, scope, task, due_at, plan_time, seq) WHERE {_CLAIMABLE} AND kind <> 'task'",
+        "DROP INDEX {schema}.occurrences_job_siblings",
+    ),
 )
 
 _VERSION = "SELECT COALESCE(max(version), 0) FROM {schema}.schema_version"

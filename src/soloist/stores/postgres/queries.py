@@ -64,12 +64,14 @@ ATTEMPT_COLUMNS = (
 _ATTEMPT_COLUMNS = ATTEMPT_COLUMNS
 
 # A candidate is due, claimable and of a listed task. Overlap (allow never blocks): a
-# skip/queue candidate is eligible only if its (job, scope) has no running row and no
-# earlier claimable due row of any task (rows of kind 'task' aside: they never share a job
-# name with skip/queue rows, and index occurrences_job_siblings leaves them out). Within
-# one snapshot at most one non-allow row per (job, scope) is eligible, and the row lock
+# skip/queue candidate is eligible only if its overlap group (job, scope, task) has no
+# running row and no earlier claimable due row (rows of kind 'task' aside: they never share
+# a job name with skip/queue rows, and index occurrences_group_siblings leaves them out).
+# Within one snapshot at most one non-allow row per group is eligible, and the row lock
 # plus PostgreSQL's re-check of a row changed since the snapshot stop two claimers from
-# both taking it, so concurrent claims never start two rows of a non-allow (job, scope).
+# both taking it, so concurrent claims never start two rows of a non-allow group. The task
+# is in the siblings index (migration 5), not in occurrences_running: the running rows of a
+# (job, scope) are few (at most the slots of the live instances).
 # Blocked rows are filtered before LIMIT: they do not use up the batch. Skip rows blocked
 # by a running sibling, or by a sibling claimed earlier in this batch, become skipped in
 # the same statement.
@@ -81,10 +83,12 @@ candidates AS MATERIALIZED (
       AND o.task = ANY(%(tasks)s::text[])
       AND (o.overlap = 'allow' OR (
         NOT EXISTS (SELECT FROM {{schema}}.occurrences r
-                    WHERE r.job = o.job AND r.scope = o.scope AND r.state = 'running')
+                    WHERE r.job = o.job AND r.scope = o.scope AND r.task = o.task
+                      AND r.state = 'running')
         AND NOT EXISTS (
             SELECT FROM {{schema}}.occurrences e
-            WHERE e.job = o.job AND e.scope = o.scope AND e.state IN ('scheduled', 'failed')
+            WHERE e.job = o.job AND e.scope = o.scope AND e.task = o.task
+              AND e.state IN ('scheduled', 'failed')
               AND e.kind <> 'task' AND e.due_at <= (SELECT now FROM clock)
               AND (e.due_at, e.plan_time, e.seq) < (o.due_at, o.plan_time, o.seq))))
     ORDER BY o.due_at, o.plan_time, o.seq
@@ -106,8 +110,10 @@ to_skip AS MATERIALIZED (
       AND s.due_at <= (SELECT now FROM clock) AND s.task = ANY(%(tasks)s::text[])
       AND s.id NOT IN (SELECT id FROM claimed)
       AND (EXISTS (SELECT FROM {{schema}}.occurrences r
-                   WHERE r.job = s.job AND r.scope = s.scope AND r.state = 'running')
-           OR EXISTS (SELECT FROM claimed c WHERE c.job = s.job AND c.scope = s.scope
+                   WHERE r.job = s.job AND r.scope = s.scope AND r.task = s.task
+                     AND r.state = 'running')
+           OR EXISTS (SELECT FROM claimed c
+                      WHERE c.job = s.job AND c.scope = s.scope AND c.task = s.task
                       AND (c.due_at, c.plan_time, c.seq) < (s.due_at, s.plan_time, s.seq)))
     FOR UPDATE OF s SKIP LOCKED
 ),

@@ -13,7 +13,8 @@ seeing each other):
   so equal due times order by plan time, then insertion. A claim merges the claimer's
   tasks' sets in order; ``next_due`` reads the head of each; ``:tasks`` lists the tasks.
 * ``:running`` the running occurrences scored by lease expiry (reaping reads the expired
-  head), ``:busy`` the number running per (job, scope) (the overlap rule).
+  head), ``:busy`` the number running per overlap group (job, scope, task); a running
+  row's ``busy`` field names the counter it holds (see ``lua/lib.lua``).
 * ``:all``, ``:job:<job>`` and ``:st:<state>``: every occurrence by (plan time, insertion),
   whole, per job, per state, for ``occurrence_list`` (newest first; job *and* state walk
   the smaller of the two and filter). ``:counts`` the occurrences per (job, state), kept by

@@ -44,7 +44,7 @@ Now = Callable[[], int]
 # still running under this runner and this token. Rows are read by column name, so
 # ``SELECT *`` / ``RETURNING *`` stay correct when a migration adds a column.
 _CANDIDATES = """
-SELECT id, job, scope, overlap FROM occurrences
+SELECT id, job, scope, task, overlap FROM occurrences
 WHERE state IN (?, ?) AND due_at <= ? AND task IN (SELECT value FROM json_each(?))
 ORDER BY due_at, plan_time, rowid
 """
@@ -254,32 +254,33 @@ def _select_claims(
     """Walk due candidates in order, applying the overlap rules, until ``limit`` claims."""
     claim_ids: list[str] = []
     skip_ids: list[str] = []
-    busy: dict[tuple[str, str], bool] = {}
+    busy: dict[tuple[str, str, str], bool] = {}
     candidates = conn.execute(_CANDIDATES, args)
     try:
-        for occurrence_id, job, scope, overlap in candidates:
+        for occurrence_id, job, scope, task, overlap in candidates:
             if len(claim_ids) >= limit:
                 break
-            key = (job, scope)
+            key = (job, scope, task)  # the overlap group (see Store.occurrence_claim)
             if overlap != Overlap.ALLOW.value:
                 if key not in busy:
-                    busy[key] = _running(conn, job, scope)
+                    busy[key] = _running(conn, job, scope, task)
                 if busy[key]:
                     if overlap == Overlap.SKIP.value:
                         skip_ids.append(occurrence_id)
                     continue  # queue: leave it scheduled until the running one ends
-            busy[key] = True  # later candidates of this job+scope see this claim
+            busy[key] = True  # later candidates of this group see this claim
             claim_ids.append(occurrence_id)
     finally:
         candidates.close()
     return claim_ids, skip_ids
 
 
-def _running(conn: sqlite3.Connection, job: str, scope: str) -> bool:
+def _running(conn: sqlite3.Connection, job: str, scope: str, task: str) -> bool:
     return (
         conn.execute(
-            "SELECT 1 FROM occurrences WHERE job = ? AND scope = ? AND state = 'running' LIMIT 1",
-            (job, scope),
+            "SELECT 1 FROM occurrences "
+            "WHERE job = ? AND scope = ? AND task = ? AND state = 'running' LIMIT 1",
+            (job, scope, task),
         ).fetchone()
         is not None
     )

@@ -198,6 +198,59 @@ class ClaimConformance:
         after = await store.occurrence_get(later.id)
         assert after is not None and after.state == State.SKIPPED
 
+    async def test_overlap_skip_is_per_task(self, store: Store) -> None:
+        """The overlap group is (job, scope, task) (local mode: each instance's copy of a job
+        has a task of its own): a running occurrence does not make one of the same job and
+        scope but another task skipped; one of the same task still is."""
+        await insert(store, new_occurrence("run", task="a", overlap=Overlap.SKIP))
+        (running,) = await claim(store, tasks=["a"], now=T0)
+        other_task, same_task = await insert(
+            store,
+            new_occurrence("other", task="b", due_at=at(1), overlap=Overlap.SKIP),
+            new_occurrence("same", task="a", due_at=at(1), overlap=Overlap.SKIP),
+        )
+        assert [o.id for o in await claim(store, tasks=["a", "b"], now=at(2))] == [other_task.id]
+        after = await store.occurrence_get(same_task.id)
+        assert after is not None and after.state == State.SKIPPED
+        assert after.error_code == ErrorCode.OVERLAP.value
+        assert await store.occurrence_get(running.id) == running
+        # In one batch too: rows of two tasks both run, the later row of a task is skipped.
+        first_a, first_b, second_a = await insert(
+            store,
+            new_occurrence("a1", job="batch", task="a", due_at=at(3), overlap=Overlap.SKIP),
+            new_occurrence("b1", job="batch", task="b", due_at=at(4), overlap=Overlap.SKIP),
+            new_occurrence("a2", job="batch", task="a", due_at=at(5), overlap=Overlap.SKIP),
+        )
+        claimed = await claim(store, tasks=["a", "b"], now=at(6))
+        assert [o.id for o in claimed] == [first_a.id, first_b.id]
+        after = await store.occurrence_get(second_a.id)
+        assert after is not None and after.state == State.SKIPPED
+
+    async def test_overlap_queue_is_per_task(self, store: Store) -> None:
+        """overlap=queue with the (job, scope, task) group: a running occurrence holds back
+        only the same task's; an earlier due one of another task, not claimed by this
+        claimer, holds back nothing."""
+        await insert(store, new_occurrence("run", task="a", overlap=Overlap.QUEUE))
+        (running,) = await claim(store, tasks=["a"], now=T0)
+        other_task, same_task = await insert(
+            store,
+            new_occurrence("other", task="b", due_at=at(1), overlap=Overlap.QUEUE),
+            new_occurrence("same", task="a", due_at=at(1), overlap=Overlap.QUEUE),
+        )
+        assert [o.id for o in await claim(store, tasks=["a", "b"], now=at(2))] == [other_task.id]
+        waiting = await store.occurrence_get(same_task.id)
+        assert waiting is not None and waiting.state == State.SCHEDULED
+        done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+        await store.occurrence_complete("i1", [done], now=at(3))
+        assert [o.id for o in await claim(store, tasks=["a"], now=at(4))] == [same_task.id]
+        # An earlier due queue row of task c (nobody claims c here) does not block task d's.
+        _, mine = await insert(
+            store,
+            new_occurrence("c1", job="q", task="c", due_at=at(5), overlap=Overlap.QUEUE),
+            new_occurrence("d1", job="q", task="d", due_at=at(6), overlap=Overlap.QUEUE),
+        )
+        assert [o.id for o in await claim(store, tasks=["d"], now=at(7))] == [mine.id]
+
     async def test_skipped_rows_do_not_use_up_the_limit(self, store: Store) -> None:
         """Skipped or queued candidates do not count toward limit; later ones are claimed."""
         await insert(store, new_occurrence("run", job="busy", overlap=Overlap.SKIP))

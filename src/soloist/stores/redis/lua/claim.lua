@@ -1,8 +1,8 @@
 -- Claim up to ARGV[6] due occurrences of the tasks ARGV[8..] for instance ARGV[5], with a
 -- lease of ARGV[7] microseconds. The tasks' due sets (score: due time; member: plan sort
 -- key .. sequence .. id, so equal due times order by plan time, then insertion) are merged
--- in order. Overlap: a skip/queue candidate whose (job, scope) runs, or was claimed earlier
--- in this batch, is not claimed; skip ones become skipped. Returns the claimed rows.
+-- in order. Overlap: a skip/queue candidate whose (job, scope, task) runs, or was claimed
+-- earlier in this batch, is not claimed; skip ones become skipped. Returns the claimed rows.
 local instance, limit, ttl = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local lease = NOW + ttl
 -- Blocked candidates (overlap queue) looked at beyond the batch, at most: bounds the work
@@ -42,9 +42,10 @@ while #claimed < limit and blocked <= MAX_BLOCKED do
   s.pos = s.pos + 2
   local id = string.sub(ord, 31)
   local k = okey(id)
-  local h = redis.call('HMGET', k, 'job', 'scope', 'ovl', 'state', 'att', 'tok')
-  local pair = h[1] .. '\0' .. h[2]
-  if h[3] ~= 'allow' and (batch[pair] or redis.call('HEXISTS', B .. ':busy', pair) == 1) then
+  local h = redis.call('HMGET', k, 'job', 'scope', 'ovl', 'state', 'att', 'tok', 'task')
+  local group = busy_field(h[1], h[2], h[7])
+  if h[3] ~= 'allow' and (batch[group] or redis.call('HEXISTS', B .. ':busy', group) == 1
+      or redis.call('HEXISTS', B .. ':busy', old_busy_field(h[1], h[2])) == 1) then
     blocked = blocked + 1
     if h[3] == 'skip' then
       redis.call('ZREM', s.key, ord)
@@ -58,11 +59,12 @@ while #claimed < limit and blocked <= MAX_BLOCKED do
     redis.call('ZREM', s.key, ord)
     s.offset = s.offset - 1
     redis.call('HSET', k, 'state', 'running', 'att', tonumber(h[5]) + 1,
-      'tok', tonumber(h[6]) + 1, 'inst', instance, 'started', NOW_US, 'lease', us(lease))
+      'tok', tonumber(h[6]) + 1, 'inst', instance, 'started', NOW_US, 'lease', us(lease),
+      'busy', group)
     redis.call('HDEL', k, 'finished', 'ecode', 'emsg', 'result')
     redis.call('ZADD', B .. ':running', lease, id)
-    busy(h[1], h[2], 1)
-    batch[pair] = true
+    busy(group, 1)
+    batch[group] = true
     move(ord, h[1], h[4], 'running')
     claimed[#claimed + 1] = row(id)
   end

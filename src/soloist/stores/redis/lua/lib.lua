@@ -81,15 +81,24 @@ local function wake(due)
   end
 end
 
--- How many occurrences of a (job, scope) run: the overlap rule's question.
-local function busy(job, scope, n)
-  local f = job .. '\0' .. scope
+-- How many occurrences of an overlap group run: the overlap rule's question. The group is
+-- (job, scope, task), field ``busy_field``; a claim records the field in the row's 'busy'
+-- and the end of the attempt decrements that exact field. Rows claimed before the task was
+-- part of the group have no 'busy': theirs is the old (job, scope) field, ``old_busy_field``
+-- (which a claim also checks while such rows run, so an upgrade starts no overlap).
+local function busy_field(job, scope, task)
+  return job .. '\0' .. scope .. '\0' .. task
+end
+local function old_busy_field(job, scope)
+  return job .. '\0' .. scope
+end
+local function busy(f, n)
   if redis.call('HINCRBY', B .. ':busy', f, n) <= 0 then redis.call('HDEL', B .. ':busy', f) end
 end
 
 -- The fields a runner's write reads: the fence, and what the attempt record needs.
 local HELD = {'state', 'inst', 'tok', 'job', 'scope', 'task', 'ord', 'att', 'started', 'max', 'due',
-  'crashes', 'maxc'}
+  'crashes', 'maxc', 'busy'}
 local function held(id, tok, instance)
   local h = redis.call('HMGET', okey(id), unpack(HELD))
   if h[1] ~= 'running' or h[2] ~= instance or h[3] ~= tok then return nil end
@@ -106,8 +115,8 @@ end
 -- The attempt is over: off the lease index, one runner less for the overlap rule.
 local function stopped(id, h)
   redis.call('ZREM', B .. ':running', id)
-  busy(h[4], h[5], -1)
-  redis.call('HDEL', okey(id), 'lease')
+  busy(h[14] or old_busy_field(h[4], h[5]), -1)
+  redis.call('HDEL', okey(id), 'lease', 'busy')
 end
 
 -- The history: finished occurrences scored by finish time; members are sort keys, so that
