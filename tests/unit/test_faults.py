@@ -245,7 +245,10 @@ async def test_a_lost_lease_cancels_the_async_handler_before_the_store_can_reap_
     assert (reaped.state, reaped.attempt, reaped.crashes) == (State.SCHEDULED, 0, 1)
     store.renew_errors = 0
     await runtime.executor.tick()
-    assert occ_id in runtime.executor.active  # it runs again, although retries=0
+    rerun = runtime.executor.active[occ_id]  # it runs again, although retries=0
+    assert rerun.occ.fencing_token == 2
+    rerun.task.cancel()  # type: ignore[union-attr]
+    await asyncio.gather(rerun.task, return_exceptions=True)  # type: ignore[arg-type]
 
 
 async def test_the_heartbeater_never_backs_off_longer_than_its_interval(
