@@ -221,6 +221,21 @@ def _blockers(
                 )
         if other.state is State.RUNNING:
             found.append(f"{other.plan_time.time()} still running on {other.instance_id}")
+    if not found:
+        # Say what the previous instant went through instead.
+        before = [o for o in ticks if o.plan_time < skipped.plan_time]
+        if before:
+            prev = max(before, key=lambda o: o.plan_time)
+            runs = "; ".join(
+                f"{r.outcome} {r.started_at.time() if r.started_at else '?'}-"
+                f"{r.finished_at.time()} on {r.instance_id}"
+                for r in attempts(prev.id)
+            )
+            found.append(
+                f"none (previous {prev.plan_time.time()}: {_describe(prev)}, "
+                f"started {prev.started_at.time() if prev.started_at else '?'}; "
+                f"attempts: {runs or 'none recorded'})"
+            )
     return f"; skipped at {at.time()}, running then: {', '.join(found) or 'none'}"
 
 

@@ -40,10 +40,10 @@ CASES = [
 
 
 def _through(url: str, port: int) -> str:
-    """``url`` with its host and port replaced by the proxy's."""
+    """``url`` with its host and port replaced by the proxy's (user and password kept)."""
     parts = urlsplit(url)
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{port}"))
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{userinfo}{at}127.0.0.1:{port}"))
 
 
 @pytest.fixture
@@ -63,6 +63,7 @@ def test_blackhole_between_one_instance_and_its_store(  # type: ignore[no-untype
     twice, and it carries on."""
     url = store_url(store)
     target = urlsplit(url)
+    assert target.hostname and target.port, f"the proxy needs a TCP server, not {target.netloc!r}"
     proxy = BlackholeProxy.start(target.hostname or "127.0.0.1", target.port or 0)
     proxies.append(proxy)
     cluster: ChaosCluster = cluster_factory(url, f"blackhole[{store}-{mode}]", mode=mode)

@@ -31,7 +31,7 @@ TASKS = scaled(400, 1000)
 RATE = 50
 
 
-def _cut_repeatedly(cut, cluster: ChaosCluster) -> int:  # type: ignore[no-untyped-def]
+def _cut_repeatedly(cut) -> int:  # type: ignore[no-untyped-def]
     """Call ``cut()`` CUTS_PER_S times a second for CUT_FOR_S; return how many connections
     it ended."""
     ended = 0
@@ -66,7 +66,7 @@ def test_pg_terminate_backend_during_a_drain(  # type: ignore[no-untyped-def]
             ).fetchone()
             return int(row[0]) if row else 0
 
-        ended = _cut_repeatedly(cut, cluster)
+        ended = _cut_repeatedly(cut)
     print(f"terminated {ended} backends")
     assert ended > 0, "no backend of the instances was terminated: the fault did not apply"
     assert cluster.unsettled_tasks(), "the drain ended before the cuts did: make it longer"
@@ -90,7 +90,7 @@ def test_redis_client_kill_during_a_drain(own_redis, cluster_factory) -> None:  
             pubsub = client.execute_command("CLIENT KILL TYPE pubsub")
             return int(normal) + int(pubsub)
 
-        ended = _cut_repeatedly(cut, cluster)
+        ended = _cut_repeatedly(cut)
     print(f"killed {ended} client connections")
     assert ended > 0, "no client was killed: the fault did not apply"
     assert cluster.unsettled_tasks(), "the drain ended before the cuts did: make it longer"
