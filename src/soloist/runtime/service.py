@@ -21,7 +21,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("soloist")
 
-MAX_ERROR_BACKOFF = 5.0
+#: The longest pause after failed ticks. Short: a terminated connection is usually
+#: replaced at once, and a planner or executor that backs off for long misses instants.
+MAX_ERROR_BACKOFF = 1.0
+#: After this many failures in a row, only every LOG_EVERY-th is logged at WARNING.
+LOG_FIRST = 3
+LOG_EVERY = 30
 
 
 class Service(abc.ABC):
@@ -91,8 +96,9 @@ class Service(abc.ABC):
                 if self.metrics is not None and isinstance(exc, StoreError):
                     self.metrics.store_error(self.name)
                 delay = min(MAX_ERROR_BACKOFF, 0.1 * 2**self._errors)
+                loud = self._errors <= LOG_FIRST or self._errors % LOG_EVERY == 0
                 self.log(
-                    logging.WARNING,
+                    logging.WARNING if loud else logging.DEBUG,
                     "%s failed (%s: %s); retrying in %.1fs",
                     self.name,
                     type(exc).__name__,
