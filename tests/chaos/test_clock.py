@@ -16,7 +16,9 @@ are not a configuration soloist supports.
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 
 import pytest
 
@@ -27,6 +29,21 @@ from .harness import ChaosCluster, scaled
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(scaled(150, 300))]
 
 SKEWS = {"slow": (-30, -30, -30), "fast": (30, 30, 30), "mixed": (30, -30, 0)}
+#: An instance of this light workload uses 5-15 % of a core (up to ~45 % on SQLite, where
+#: three processes take turns at one file); a planner that spins
+#: (a sleep computed from a skewed local clock and a store time) uses all of one.
+MAX_CPU_SHARE = 0.8
+#: Seconds over which each instance's CPU is measured.
+CPU_WINDOW = 4.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process, from /proc."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 CASES = [
     pytest.param("postgres", "leader", "slow", marks=pytest.mark.quick),
     pytest.param("redis", "distributed", "mixed", marks=pytest.mark.quick),
@@ -63,6 +80,16 @@ def test_clock_skew_loses_and_doubles_nothing(  # type: ignore[no-untyped-def]
     skewed = faketime.env(offsets[0])
     cluster.enqueue_tasks(scaled(20, 60), (0.1, 0.5), rate=10, env=skewed)
     cluster.enqueue_tasks(scaled(20, 60), (0.1, 0.5), rate=10, delay="3s", env=skewed)
+    # CPU over a window while the work runs (a measurement, not a wait for a condition).
+    cpu_at_start = {i.iid: cpu_seconds(i.proc.pid) for i in cluster.instances}
+    started = time.monotonic()
+    time.sleep(CPU_WINDOW)
+    elapsed = time.monotonic() - started
+    shares = {
+        i.iid: (cpu_seconds(i.proc.pid) - cpu_at_start[i.iid]) / elapsed
+        for i in cluster.instances
+        if i.alive
+    }
     if mode == "leader":
         leader = wait_for(lambda: cluster.status()["leader_id"], 20, "a leader")
         cluster.wait_until_done(0.3)
@@ -70,4 +97,6 @@ def test_clock_skew_loses_and_doubles_nothing(  # type: ignore[no-untyped-def]
         assert cluster.by_id(leader).wait(20) == 0
         wait_for(lambda: cluster.status()["leader_id"] not in (None, leader), 20, "another leader")
         print(f"leader {leader} stopped; {cluster.status()['leader_id']} leads")
+    print("instance CPU (share of a core): " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items()))
+    assert max(shares.values()) < MAX_CPU_SHARE, f"an instance spins: {shares}"
     cluster.finish(clock_offset=offsets[0] if store == "sqlite" else 0.0, min_run=14)
