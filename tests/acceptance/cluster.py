@@ -81,6 +81,8 @@ class Cluster:
         self.db = workdir / "soloist.db"
         self.url = url or f"sqlite:///{self.db}"
         self.instances: list[Instance] = []
+        #: Extra environment of the short ``soloist`` commands (e.g. a skewed clock).
+        self.cli_env: dict[str, str] = {}
         # One reader for the whole test; the schema exists before any instance starts, so
         # polling the history never takes the write lock (migrate would).
         self._store: Store = open_store(self.url)
@@ -127,13 +129,14 @@ class Cluster:
         return report
 
     def soloist(self, *args: str) -> str:
-        """Run a short ``soloist`` command against the store; return its stdout."""
+        """Run a short ``soloist`` command against the store (with ``cli_env``); return
+        its stdout."""
         done = subprocess.run(
             [SOLOIST, *args, "--store", self.url],
             capture_output=True,
             text=True,
             cwd=self.workdir,
-            env=self._env(),
+            env=self._env() | self.cli_env,
             timeout=30,
             check=False,
         )

@@ -71,7 +71,6 @@ class ChaosCluster(Cluster):
         self.began = time.monotonic()
         self.feeders: list[subprocess.Popen[bytes]] = []
         #: Extra environment of the ``soloist`` commands the test runs (status, ...).
-        self.cli_env: dict[str, str] = {}
 
     # -- processes ------------------------------------------------------------------------
     def start(  # type: ignore[override]
@@ -102,20 +101,6 @@ class ChaosCluster(Cluster):
         for instance in started:
             wait_for(lambda i=instance: self._has_started(i), timeout, f"{instance.iid} to start")
         return started
-
-    def soloist(self, *args: str) -> str:
-        """Run a short ``soloist`` command against the store (with ``cli_env``)."""
-        done = subprocess.run(
-            [SOLOIST, *args, "--store", self.url],
-            capture_output=True,
-            text=True,
-            cwd=self.workdir,
-            env=self._env() | self.cli_env,
-            timeout=30,
-            check=False,
-        )
-        assert done.returncode == 0, f"soloist {' '.join(args)} failed:\n{done.stderr}"
-        return done.stdout
 
     def by_id(self, iid: str) -> Instance:
         return next(i for i in self.instances if i.iid == iid)
