@@ -305,6 +305,7 @@ def _check_indexes(raw: redis.Redis, store: RedisStore) -> None:
     busy: Counter[str] = Counter()
     due: dict[str, dict[str, float]] = {}
     running: dict[str, float] = {}
+    since: dict[str, dict[str, float]] = {}  # group -> {id: started}
     for r in rows:
         by_state.setdefault(r["state"], set()).add(r["ord"])
         counts[f"{r['job']}\0{r['state']}"] += 1
@@ -314,6 +315,7 @@ def _check_indexes(raw: redis.Redis, store: RedisStore) -> None:
             # The overlap group's counter, named in the row when it was claimed.
             assert r["busy"] == f"{r['job']}\0{r['scope']}\0{r['task']}"
             busy[r["busy"]] += 1
+            since.setdefault(r["busy"], {})[r["id"]] = float(r["started"])
             running[r["id"]] = float(r["lease"])
         else:
             assert "busy" not in r
@@ -323,6 +325,10 @@ def _check_indexes(raw: redis.Redis, store: RedisStore) -> None:
         assert set(raw.zrange(f"{b}:st:{state}", 0, -1)) == by_state.get(state, set()), state
     assert {k: int(v) for k, v in raw.hgetall(f"{b}:counts").items()} == dict(counts)
     assert {k: int(v) for k, v in raw.hgetall(f"{b}:busy").items()} == dict(busy)
+    # The start times of each group's running rows, for the skip rule; none for idle groups.
+    assert len(_keys(raw, store, "since:*")) == len(since)
+    for group, starts in since.items():
+        assert dict(raw.zrange(f"{b}:since:{group}", 0, -1, withscores=True)) == starts
     assert dict(raw.zrange(f"{b}:running", 0, -1, withscores=True)) == running
     for task in raw.smembers(f"{b}:tasks"):
         assert dict(raw.zrange(f"{b}:due:{task}", 0, -1, withscores=True)) == due.get(task, {})
@@ -348,6 +354,7 @@ async def test_rows_claimed_before_the_task_joined_the_overlap_group(
         assert raw.hgetall(f"{b}:busy") == {new: "1"}
         raw.hdel(f"{b}:o:{running.id}", "busy")  # as the previous version claimed it
         raw.hdel(f"{b}:busy", new)
+        raw.delete(f"{b}:since:{new}")
         raw.hset(f"{b}:busy", old, 1)
         return running
 
@@ -364,6 +371,28 @@ async def test_rows_claimed_before_the_task_joined_the_overlap_group(
     (reaped,) = await store.occurrence_reap(now=at(4) + TTL)
     assert reaped.id == running.id and reaped.state == State.SCHEDULED
     assert raw.hgetall(f"{b}:busy") == {}
+    _check_indexes(raw, store)
+
+
+async def test_rows_claimed_before_start_times_were_kept(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    """A row claimed before the ':since:' start times existed (its group's counter counts
+    it, no start time does) is taken to have started as early as can be: a skip sibling
+    due while it runs is skipped, as before, even one due before it started; when it stops
+    the counter and the start times are gone and later claims keep both."""
+    b, group = store.target.base, "job\0\0task"
+    await store.occurrence_insert(new_occurrence("old", overlap=Overlap.SKIP, due_at=T0))
+    (running,) = await claim(store, now=at(2))
+    raw.delete(f"{b}:since:{group}")  # as the previous version claimed it
+    await store.occurrence_insert(new_occurrence("next", overlap=Overlap.SKIP, due_at=at(1)))
+    assert await claim(store, now=at(3)) == []
+    assert [o.dedupe_key for o in await store.occurrence_list(state=State.SKIPPED)] == ["next"]
+    done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+    assert await store.occurrence_complete("i1", [done], now=at(4)) == {running.id}
+    assert raw.hgetall(f"{b}:busy") == {} and _keys(raw, store, "since:*") == []
+    await store.occurrence_insert(new_occurrence("new", overlap=Overlap.SKIP, due_at=at(5)))
+    assert len(await claim(store, now=at(5))) == 1
     _check_indexes(raw, store)
 
 

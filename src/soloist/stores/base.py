@@ -115,9 +115,14 @@ class Store(Protocol):
         Candidates: state ``scheduled`` or ``failed``, ``due_at <= now``, ``task`` in
         ``tasks``, ordered by ``due_at`` then ``plan_time``. Overlap: a candidate whose
         overlap is ``skip`` or ``queue`` and whose (job, scope, task) already has a
-        ``running`` occurrence (or one claimed earlier in this same batch) is not claimed; if
-        its overlap is ``skip`` it becomes ``skipped`` with error_code ``overlap`` and
-        finished_at = now, if ``queue`` it stays as it is. (A job always runs the same task,
+        ``running`` occurrence (or one claimed earlier in this same batch, which counts as
+        started at now) is not claimed. If its overlap is ``queue`` it stays as it is. If
+        ``skip``, it becomes ``skipped`` with error_code ``overlap`` and finished_at = now
+        only if such a running sibling started before the candidate was due
+        (``started_at < due_at``: the handler is slower than the schedule); if every one
+        started at or after its due time (both were late: claims fell behind), it stays as
+        it is and waits like ``queue``, so late instants run one after the other, in order,
+        instead of being lost. (A job always runs the same task,
         except in ``local`` mode, where each instance runs its own copy of a job under a task
         name of its own: the task in the group keeps one instance's running copy from holding
         back another's.) Claimed rows become ``running`` with attempt + 1, fencing_token + 1,

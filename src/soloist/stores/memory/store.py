@@ -157,21 +157,26 @@ class MemoryStore:
                 ),
                 key=lambda row: (row.occ.due_at, row.occ.plan_time, row.seq),
             )
-            busy = {
-                (r.occ.job, r.occ.scope, r.occ.task)
-                for r in self._rows.values()
-                if rows.running(r.occ)
-            }
+            # Earliest start of the running occurrences of each (job, scope, task); a claim
+            # made in this batch counts as started at ``now``.
+            busy: dict[tuple[str, str, str], datetime] = {}
+            for r in self._rows.values():
+                if rows.running(r.occ):
+                    key = (r.occ.job, r.occ.scope, r.occ.task)
+                    started = r.occ.started_at or now
+                    busy[key] = min(busy.get(key, started), started)
             for row in candidates:
                 if len(claimed) >= limit:
                     break
                 occ = row.occ
                 key = (occ.job, occ.scope, occ.task)
                 if occ.overlap != Overlap.ALLOW and key in busy:
-                    if occ.overlap == Overlap.SKIP:
+                    # skip: only if a sibling was already running when this one was due;
+                    # otherwise both are late and this one waits its turn, like queue.
+                    if occ.overlap == Overlap.SKIP and busy[key] < occ.due_at:
                         self._set(rows.skipped(occ, now))
                     continue
-                busy.add(key)
+                busy.setdefault(key, now)
                 taken = replace(
                     occ,
                     state=State.RUNNING,

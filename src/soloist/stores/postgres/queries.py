@@ -73,8 +73,10 @@ _ATTEMPT_COLUMNS = ATTEMPT_COLUMNS
 # is in the siblings index (migration 5), not in occurrences_running: the running rows of a
 # (job, scope) are few (at most the slots of the live instances).
 # Blocked rows are filtered before LIMIT: they do not use up the batch. Skip rows blocked
-# by a running sibling, or by a sibling claimed earlier in this batch, become skipped in
-# the same statement.
+# by a sibling that was already running when they were due (started_at < due_at) become
+# skipped in the same statement; the others wait like queue rows (a sibling claimed in
+# this batch starts now, never before a due row's due_at, so it never causes a skip). The
+# running probe reads occurrences_running and the group's few running rows.
 _CLAIM = f"""
 WITH {_NOW},
 candidates AS MATERIALIZED (
@@ -109,12 +111,9 @@ to_skip AS MATERIALIZED (
     WHERE s.state IN ('scheduled', 'failed') AND s.overlap = 'skip'
       AND s.due_at <= (SELECT now FROM clock) AND s.task = ANY(%(tasks)s::text[])
       AND s.id NOT IN (SELECT id FROM claimed)
-      AND (EXISTS (SELECT FROM {{schema}}.occurrences r
-                   WHERE r.job = s.job AND r.scope = s.scope AND r.task = s.task
-                     AND r.state = 'running')
-           OR EXISTS (SELECT FROM claimed c
-                      WHERE c.job = s.job AND c.scope = s.scope AND c.task = s.task
-                      AND (c.due_at, c.plan_time, c.seq) < (s.due_at, s.plan_time, s.seq)))
+      AND EXISTS (SELECT FROM {{schema}}.occurrences r
+                  WHERE r.job = s.job AND r.scope = s.scope AND r.task = s.task
+                    AND r.state = 'running' AND r.started_at < s.due_at)
     FOR UPDATE OF s SKIP LOCKED
 ),
 skipped AS (

@@ -14,7 +14,9 @@ seeing each other):
   tasks' sets in order; ``next_due`` reads the head of each; ``:tasks`` lists the tasks.
 * ``:running`` the running occurrences scored by lease expiry (reaping reads the expired
   head), ``:busy`` the number running per overlap group (job, scope, task); a running
-  row's ``busy`` field names the counter it holds (see ``lua/lib.lua``).
+  row's ``busy`` field names the counter it holds (see ``lua/lib.lua``), and
+  ``:since:<group>`` holds its start time (the skip rule compares the earliest with a
+  candidate's due time).
 * ``:all``, ``:job:<job>`` and ``:st:<state>``: every occurrence by (plan time, insertion),
   whole, per job, per state, for ``occurrence_list`` (newest first; job *and* state walk
   the smaller of the two and filter). ``:counts`` the occurrences per (job, state), kept by

@@ -44,7 +44,7 @@ Now = Callable[[], int]
 # still running under this runner and this token. Rows are read by column name, so
 # ``SELECT *`` / ``RETURNING *`` stay correct when a migration adds a column.
 _CANDIDATES = """
-SELECT id, job, scope, task, overlap FROM occurrences
+SELECT id, job, scope, task, overlap, due_at FROM occurrences
 WHERE state IN (?, ?) AND due_at <= ? AND task IN (SELECT value FROM json_each(?))
 ORDER BY due_at, plan_time, rowid
 """
@@ -237,7 +237,7 @@ def occurrence_claim(
         return []
     with transaction(conn):
         at = now()
-        claim_ids, skip_ids = _select_claims(conn, (*_CLAIMABLE, at, names), limit)
+        claim_ids, skip_ids = _select_claims(conn, (*_CLAIMABLE, at, names), limit, at)
         if skip_ids:
             reason = "skipped: a previous occurrence of this job and scope was running"
             conn.execute(_SKIP, (at, ErrorCode.OVERLAP.value, reason, json.dumps(skip_ids)))
@@ -249,41 +249,48 @@ def occurrence_claim(
 
 
 def _select_claims(
-    conn: sqlite3.Connection, args: tuple[object, ...], limit: int
+    conn: sqlite3.Connection, args: tuple[object, ...], limit: int, at: int
 ) -> tuple[list[str], list[str]]:
     """Walk due candidates in order, applying the overlap rules, until ``limit`` claims."""
     claim_ids: list[str] = []
     skip_ids: list[str] = []
-    busy: dict[tuple[str, str, str], bool] = {}
+    # Per group: the earliest started_at of its running rows, or None if none runs (read
+    # once per group); ``batch``: the groups claimed in this batch (started at ``at``).
+    busy: dict[tuple[str, str, str], int | None] = {}
+    batch: set[tuple[str, str, str]] = set()
     candidates = conn.execute(_CANDIDATES, args)
     try:
-        for occurrence_id, job, scope, task, overlap in candidates:
+        for occurrence_id, job, scope, task, overlap, due_at in candidates:
             if len(claim_ids) >= limit:
                 break
             key = (job, scope, task)  # the overlap group (see Store.occurrence_claim)
             if overlap != Overlap.ALLOW.value:
                 if key not in busy:
-                    busy[key] = _running(conn, job, scope, task)
-                if busy[key]:
-                    if overlap == Overlap.SKIP.value:
+                    busy[key] = _running_since(conn, job, scope, task)
+                started = busy[key]
+                if key in batch:
+                    started = at if started is None else min(started, at)
+                if started is not None:
+                    # skip only if a sibling already ran when this one was due; if both
+                    # are late, this one waits its turn like queue.
+                    if overlap == Overlap.SKIP.value and started < due_at:
                         skip_ids.append(occurrence_id)
-                    continue  # queue: leave it scheduled until the running one ends
-            busy[key] = True  # later candidates of this group see this claim
+                    continue  # leave it scheduled until the running one ends
+            batch.add(key)  # later candidates of this group see this claim
             claim_ids.append(occurrence_id)
     finally:
         candidates.close()
     return claim_ids, skip_ids
 
 
-def _running(conn: sqlite3.Connection, job: str, scope: str, task: str) -> bool:
-    return (
-        conn.execute(
-            "SELECT 1 FROM occurrences "
-            "WHERE job = ? AND scope = ? AND task = ? AND state = 'running' LIMIT 1",
-            (job, scope, task),
-        ).fetchone()
-        is not None
-    )
+def _running_since(conn: sqlite3.Connection, job: str, scope: str, task: str) -> int | None:
+    """Earliest started_at of the group's running rows, or None if none is running."""
+    row = conn.execute(
+        "SELECT MIN(COALESCE(started_at, ?)), COUNT(*) FROM occurrences "
+        "WHERE job = ? AND scope = ? AND task = ? AND state = 'running'",
+        (0, job, scope, task),
+    ).fetchone()
+    return None if row is None or row[1] == 0 else int(row[0])
 
 
 Params = Callable[[int], Sequence[tuple[object, ...]]]

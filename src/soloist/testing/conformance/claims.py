@@ -116,10 +116,13 @@ class ClaimConformance:
 
     # -- overlap ------------------------------------------------------------------------------
     async def test_overlap_skip_marks_the_new_one_skipped(self, store: Store) -> None:
-        """overlap=skip: while the job+scope runs, a due occurrence becomes skipped."""
+        """overlap=skip: an occurrence that falls due while one of its job+scope runs (that
+        started before it was due) becomes skipped."""
         await insert(store, new_occurrence("first", overlap=Overlap.SKIP))
         (running,) = await claim(store, now=T0)
-        (second,) = await insert(store, new_occurrence("second", overlap=Overlap.SKIP))
+        (second,) = await insert(
+            store, new_occurrence("second", due_at=at(1), overlap=Overlap.SKIP)
+        )
         assert await claim(store, now=at(3)) == []
         skipped = await store.occurrence_get(second.id)
         assert skipped is not None
@@ -164,17 +167,53 @@ class ClaimConformance:
         await insert(store, new_occurrence("c"))
         assert len(await claim(store, now=at(1))) == 1
 
-    async def test_overlap_skip_within_one_batch(self, store: Store) -> None:
-        """Two due skip occurrences of one job+scope in one claim: first runs, second skipped."""
-        first, second = await insert(
+    async def test_late_skip_occurrences_run_one_after_the_other(self, store: Store) -> None:
+        """Several skip occurrences of one job+scope due at once (the claims fell behind),
+        nothing running: a claim takes the first; the others are not skipped (nothing ran
+        when they fell due) but wait, and run one after the other, in order."""
+        due = await insert(
             store,
-            new_occurrence("a", due_at=at(-2), overlap=Overlap.SKIP),
-            new_occurrence("b", due_at=at(-1), overlap=Overlap.SKIP),
+            *(new_occurrence(f"k{n}", due_at=at(n), overlap=Overlap.SKIP) for n in range(3)),
         )
-        assert [o.id for o in await claim(store, now=T0)] == [first.id]
-        after = await store.occurrence_get(second.id)
+        now = at(3)
+        for n, occ in enumerate(due):
+            (running,) = await claim(store, limit=10, now=now)
+            assert running.id == occ.id
+            for later in due[n + 1 :]:
+                waiting = await store.occurrence_get(later.id)
+                assert waiting is not None and waiting.state == State.SCHEDULED
+                assert (waiting.error_code, waiting.finished_at) == (None, None)
+            done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+            assert await store.occurrence_complete("i1", [done], now=now) == {running.id}
+            now += timedelta(seconds=0.5)
+        assert await store.occurrence_list(state=State.SKIPPED) == []
+
+    async def test_a_skip_sibling_that_started_late_makes_it_wait(self, store: Store) -> None:
+        """overlap=skip: a running sibling that started at or after a candidate's due time
+        (both were late) holds it back like queue, without skipping it; one that started
+        before the candidate's due time still skips it."""
+        await insert(store, new_occurrence("first", due_at=T0, overlap=Overlap.SKIP))
+        (running,) = await claim(store, now=at(2))  # started late, at 2
+        late, exact = await insert(
+            store,
+            new_occurrence("late", due_at=at(1), overlap=Overlap.SKIP),
+            new_occurrence("exact", due_at=at(2), overlap=Overlap.SKIP),
+        )
+        assert await claim(store, now=at(3)) == []
+        for occ in (late, exact):
+            waiting = await store.occurrence_get(occ.id)
+            assert waiting is not None and waiting.state == State.SCHEDULED
+        done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+        await store.occurrence_complete("i1", [done], now=at(4))
+        (second,) = await claim(store, now=at(5))
+        assert second.id == late.id
+        (then,) = await insert(store, new_occurrence("then", due_at=at(6), overlap=Overlap.SKIP))
+        assert await claim(store, now=at(7)) == []
+        after = await store.occurrence_get(then.id)  # due at 6 while "late" ran since 5
         assert after is not None and after.state == State.SKIPPED
         assert after.error_code == ErrorCode.OVERLAP.value
+        still = await store.occurrence_get(exact.id)  # due at 2, before "late" started
+        assert still is not None and still.state == State.SCHEDULED
 
     async def test_overlap_queue_within_one_batch(self, store: Store) -> None:
         """Two due queue occurrences of one job+scope in one claim: first runs, second waits."""
@@ -187,8 +226,9 @@ class ClaimConformance:
         after = await store.occurrence_get(second.id)
         assert after is not None and after.state == State.SCHEDULED
 
-    async def test_an_allow_claim_in_the_batch_blocks_a_later_skip(self, store: Store) -> None:
-        """The same-batch rule counts any occurrence claimed earlier for the job+scope."""
+    async def test_an_allow_claim_in_the_batch_holds_back_a_later_skip(self, store: Store) -> None:
+        """Any occurrence claimed earlier in the batch for the job+scope holds back a later
+        skip one; it started after that one was due, so the skip one waits (not skipped)."""
         _, later = await insert(
             store,
             new_occurrence("a", due_at=at(-2), overlap=Overlap.ALLOW),
@@ -196,7 +236,7 @@ class ClaimConformance:
         )
         assert len(await claim(store, now=T0)) == 1
         after = await store.occurrence_get(later.id)
-        assert after is not None and after.state == State.SKIPPED
+        assert after is not None and after.state == State.SCHEDULED
 
     async def test_overlap_skip_is_per_task(self, store: Store) -> None:
         """The overlap group is (job, scope, task) (local mode: each instance's copy of a job
@@ -214,7 +254,7 @@ class ClaimConformance:
         assert after is not None and after.state == State.SKIPPED
         assert after.error_code == ErrorCode.OVERLAP.value
         assert await store.occurrence_get(running.id) == running
-        # In one batch too: rows of two tasks both run, the later row of a task is skipped.
+        # In one batch too: rows of two tasks both run, the later row of a task waits.
         first_a, first_b, second_a = await insert(
             store,
             new_occurrence("a1", job="batch", task="a", due_at=at(3), overlap=Overlap.SKIP),
@@ -224,7 +264,7 @@ class ClaimConformance:
         claimed = await claim(store, tasks=["a", "b"], now=at(6))
         assert [o.id for o in claimed] == [first_a.id, first_b.id]
         after = await store.occurrence_get(second_a.id)
-        assert after is not None and after.state == State.SKIPPED
+        assert after is not None and after.state == State.SCHEDULED
 
     async def test_overlap_queue_is_per_task(self, store: Store) -> None:
         """overlap=queue with the (job, scope, task) group: a running occurrence holds back
@@ -253,8 +293,8 @@ class ClaimConformance:
 
     async def test_skipped_rows_do_not_use_up_the_limit(self, store: Store) -> None:
         """Skipped or queued candidates do not count toward limit; later ones are claimed."""
-        await insert(store, new_occurrence("run", job="busy", overlap=Overlap.SKIP))
-        await claim(store, now=T0)
+        await insert(store, new_occurrence("run", job="busy", due_at=at(-5), overlap=Overlap.SKIP))
+        await claim(store, now=at(-5))
         await insert(
             store,
             new_occurrence("skip", job="busy", due_at=at(-3), overlap=Overlap.SKIP),

@@ -1,8 +1,10 @@
 -- Claim up to ARGV[6] due occurrences of the tasks ARGV[8..] for instance ARGV[5], with a
 -- lease of ARGV[7] microseconds. The tasks' due sets (score: due time; member: plan sort
 -- key .. sequence .. id, so equal due times order by plan time, then insertion) are merged
--- in order. Overlap: a skip/queue candidate whose (job, scope, task) runs, or was claimed
--- earlier in this batch, is not claimed; skip ones become skipped. Returns the claimed rows.
+-- in order. Overlap: a skip/queue candidate whose (job, scope, task) runs (a claim of this
+-- batch included: it runs from now) is not claimed; a skip one becomes skipped only if a
+-- running sibling started before it was due, else it waits like queue. Returns the
+-- claimed rows.
 local instance, limit, ttl = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local lease = NOW + ttl
 -- Blocked candidates (overlap queue) looked at beyond the batch, at most: bounds the work
@@ -34,7 +36,7 @@ local function next_source()
   end
   return best
 end
-local claimed, batch, blocked = {}, {}, 0
+local claimed, blocked = {}, 0
 while #claimed < limit and blocked <= MAX_BLOCKED do
   local s = next_source()
   if s == nil then break end
@@ -42,12 +44,13 @@ while #claimed < limit and blocked <= MAX_BLOCKED do
   s.pos = s.pos + 2
   local id = string.sub(ord, 31)
   local k = okey(id)
-  local h = redis.call('HMGET', k, 'job', 'scope', 'ovl', 'state', 'att', 'tok', 'task')
+  local h = redis.call('HMGET', k, 'job', 'scope', 'ovl', 'state', 'att', 'tok', 'task', 'due')
   local group = busy_field(h[1], h[2], h[7])
-  if h[3] ~= 'allow' and (batch[group] or redis.call('HEXISTS', B .. ':busy', group) == 1
-      or redis.call('HEXISTS', B .. ':busy', old_busy_field(h[1], h[2])) == 1) then
+  local since = nil
+  if h[3] ~= 'allow' then since = running_since(h[1], h[2], h[7]) end
+  if since ~= nil then
     blocked = blocked + 1
-    if h[3] == 'skip' then
+    if h[3] == 'skip' and since < tonumber(h[8]) then
       redis.call('ZREM', s.key, ord)
       s.offset = s.offset - 1
       redis.call('HSET', k, 'state', 'skipped', 'finished', NOW_US, 'ecode', 'overlap',
@@ -63,8 +66,8 @@ while #claimed < limit and blocked <= MAX_BLOCKED do
       'busy', group)
     redis.call('HDEL', k, 'finished', 'ecode', 'emsg', 'result')
     redis.call('ZADD', B .. ':running', lease, id)
+    redis.call('ZADD', since_key(group), NOW_US, id)
     busy(group, 1)
-    batch[group] = true
     move(ord, h[1], h[4], 'running')
     claimed[#claimed + 1] = row(id)
   end

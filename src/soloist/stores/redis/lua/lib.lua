@@ -92,8 +92,31 @@ end
 local function old_busy_field(job, scope)
   return job .. '\0' .. scope
 end
+-- When the running rows of a group started: the sorted set ':since:' .. field (member: id,
+-- score: started), written at claim next to the counter, emptied with it. The skip rule
+-- asks for the earliest start (see Store.occurrence_claim).
+local function since_key(f)
+  return B .. ':since:' .. f
+end
 local function busy(f, n)
-  if redis.call('HINCRBY', B .. ':busy', f, n) <= 0 then redis.call('HDEL', B .. ':busy', f) end
+  if redis.call('HINCRBY', B .. ':busy', f, n) <= 0 then
+    redis.call('HDEL', B .. ':busy', f)
+    redis.call('DEL', since_key(f))
+  end
+end
+-- The earliest started_at (microseconds) of the running rows of a group, or nil if none
+-- runs. When the start times do not account for every running row (rows claimed before
+-- they were kept, or the old (job, scope) counter), the answer is -inf: as early as can
+-- be, so a skip candidate is skipped, the rule of those rows' time.
+local function running_since(job, scope, task)
+  local f = busy_field(job, scope, task)
+  if redis.call('HEXISTS', B .. ':busy', old_busy_field(job, scope)) == 1 then
+    return -math.huge
+  end
+  local n = tonumber(redis.call('HGET', B .. ':busy', f) or '0')
+  if n <= 0 then return nil end
+  if redis.call('ZCARD', since_key(f)) ~= n then return -math.huge end
+  return tonumber(redis.call('ZRANGE', since_key(f), 0, 0, 'WITHSCORES')[2])
 end
 
 -- The fields a runner's write reads: the fence, and what the attempt record needs.
@@ -115,6 +138,7 @@ end
 -- The attempt is over: off the lease index, one runner less for the overlap rule.
 local function stopped(id, h)
   redis.call('ZREM', B .. ':running', id)
+  if h[14] then redis.call('ZREM', since_key(h[14]), id) end
   busy(h[14] or old_busy_field(h[4], h[5]), -1)
   redis.call('HDEL', okey(id), 'lease', 'busy')
 end
