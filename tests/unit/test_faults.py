@@ -722,3 +722,34 @@ async def test_a_run_whose_lease_is_short_wakes_the_heartbeater(
     assert woken == [True]
     gate.set()
     await settle(runtime)
+
+
+async def test_a_stray_cancelled_error_does_not_end_a_service_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A CancelledError that escapes from a call a service made (a driver that cut its
+    connection), not from stopping the service, is a failed tick: the loop goes on. (Had
+    it ended, the instance would silently stop claiming while it still looked alive.)"""
+    from soloist.clock import SystemClock
+    from soloist.runtime.service import Service
+
+    ticked = asyncio.Event()
+
+    class Flaky(Service):
+        name = "flaky"
+        calls = 0
+
+        async def tick(self) -> float:
+            self.calls += 1
+            if self.calls == 1:
+                raise asyncio.CancelledError  # as from inside a cut connection
+            ticked.set()
+            return 60.0
+
+    service = Flaky(SystemClock(), "a")
+    await service.start()
+    await asyncio.wait_for(ticked.wait(), 5)
+    assert service.running and service.calls == 2
+    await service.stop()  # a real stop still ends it
+    assert not service.running
+    assert not [r for r in caplog.records if getattr(r, "action", None) == "service_died"]

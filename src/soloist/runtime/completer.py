@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from soloist.models import Outcome
+from soloist.runtime.service import cancel_requested
 from soloist.stores.base import Store
 
 #: Most outcomes per store call: bounds the statement size and one call's latency.
@@ -139,7 +140,9 @@ class Completer:
                 # when a lease deadline is near (that only decides whether to try again).
                 self.call_timeout,
             )
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancel_requested():
+                raise  # the loop is closing
             loop = asyncio.get_running_loop()
             for item in batch:  # each on its own from now on
                 task = loop.create_task(self._retry(item, exc), name="soloist-completer-retry")
@@ -169,7 +172,9 @@ class Completer:
             self.retried += 1
             try:
                 applied = await asyncio.wait_for(self._write_again(item), self.call_timeout)
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and cancel_requested():
+                    raise
                 error = exc
                 continue
             self.written += 1

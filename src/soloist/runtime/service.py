@@ -29,6 +29,14 @@ LOG_FIRST = 3
 LOG_EVERY = 30
 
 
+def cancel_requested() -> bool:
+    """Whether the running task has been asked to cancel (as opposed to a CancelledError
+    that escaped from something it awaited, such as a driver that cut its connection)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return bool(cancelling()) if cancelling is not None else True
+
+
 class Service(abc.ABC):
     """Base of planner, executor, heartbeater and reaper."""
 
@@ -57,6 +65,20 @@ class Service(abc.ABC):
         self.stopping = False
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._main(), name=f"soloist-{self.name}")
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A loop must only end when asked to: say so loudly if it ends otherwise."""
+        if self.stopping:
+            return
+        reason = "cancelled" if task.cancelled() else repr(task.exception())
+        log.error(
+            "%s stopped unexpectedly (%s): this instance no longer %s",
+            self.name,
+            reason,
+            self.name,
+            extra={"action": "service_died", "service": self.name, "instance_id": self.instance_id},
+        )
 
     async def stop(self) -> None:
         """Ask the loop to finish its tick and exit, then wait for it. Safe twice."""
@@ -87,27 +109,37 @@ class Service(abc.ABC):
             try:
                 delay = await self.tick()
                 self._errors = 0
-            except asyncio.CancelledError:
-                raise
+            except asyncio.CancelledError as exc:
+                if self.stopping or cancel_requested():
+                    raise
+                # Nobody cancelled this loop: a CancelledError escaped from a call it made
+                # (a driver cutting a connection, a cancelled inner task). It is an error
+                # of that call; the loop must go on, or the instance silently stops working.
+                delay = self._tick_failed(exc)
             except StoreDataLostError as exc:
                 delay = await self._data_lost(exc)
             except Exception as exc:
-                self._errors += 1
-                if self.metrics is not None and isinstance(exc, StoreError):
-                    self.metrics.store_error(self.name)
-                delay = min(MAX_ERROR_BACKOFF, 0.1 * 2**self._errors)
-                loud = self._errors <= LOG_FIRST or self._errors % LOG_EVERY == 0
-                self.log(
-                    logging.WARNING if loud else logging.DEBUG,
-                    "%s failed (%s: %s); retrying in %.1fs",
-                    self.name,
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                    action="error",
-                )
+                delay = self._tick_failed(exc)
             if not self.stopping:
                 await self.wait(delay)
+
+    def _tick_failed(self, exc: BaseException) -> float:
+        """Count and log a failed tick; the delay before the next one."""
+        self._errors += 1
+        if self.metrics is not None and isinstance(exc, StoreError):
+            self.metrics.store_error(self.name)
+        delay: float = min(MAX_ERROR_BACKOFF, 0.1 * 2**self._errors)
+        loud = self._errors <= LOG_FIRST or self._errors % LOG_EVERY == 0
+        self.log(
+            logging.WARNING if loud else logging.DEBUG,
+            "%s failed (%s: %s); retrying in %.1fs",
+            self.name,
+            type(exc).__name__,
+            exc,
+            delay,
+            action="error",
+        )
+        return delay
 
     async def _data_lost(self, exc: StoreDataLostError) -> float:
         """Hand ``exc`` to :attr:`on_data_lost`; the delay before the next tick."""
