@@ -92,6 +92,21 @@ async def started(app: Scheduler) -> Runtime:
     return runtime
 
 
+async def start_gated(app: Scheduler) -> tuple[Runtime, str, asyncio.Event]:
+    """A runtime that has claimed one run of an async task ``slow`` which waits for the
+    returned gate."""
+    gate = asyncio.Event()
+
+    @app.task(name="slow")
+    async def slow(ctx) -> None:  # type: ignore[no-untyped-def]
+        await gate.wait()
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue("slow")
+    await runtime.executor.tick()
+    return runtime, occ_id, gate
+
+
 async def settle(runtime: Runtime, timeout: float = 5) -> None:
     tasks = [r.task for r in runtime.executor.active.values() if r.task is not None]
     if tasks:
@@ -255,17 +270,7 @@ async def test_the_heartbeater_never_backs_off_longer_than_its_interval(
     clock: FakeClock, store: FaultyStore
 ) -> None:
     """Failing renewals are tried again at the next beat, not after an error backoff."""
-    app = make_app(clock, store)
-    gate = asyncio.Event()
-    app.task(name="work")(lambda ctx: None)
-
-    @app.task(name="slow")
-    async def slow(ctx) -> None:  # type: ignore[no-untyped-def]
-        await gate.wait()
-
-    runtime = await started(app)
-    await app.aenqueue("slow")
-    await runtime.executor.tick()
+    runtime, _, gate = await start_gated(make_app(clock, store))
     store.renew_errors = -1
     for _ in range(6):
         assert await runtime.heartbeater.tick() <= 3.0
@@ -279,15 +284,7 @@ async def test_a_renewal_extends_the_lease_from_when_it_was_sent(
     """A renewal answered late extends the local deadline from its sending, not from its
     answer: the local deadline never outlives the store's lease."""
     app = make_app(clock, store)
-    gate = asyncio.Event()
-
-    @app.task(name="slow")
-    async def slow(ctx) -> None:  # type: ignore[no-untyped-def]
-        await gate.wait()
-
-    runtime = await started(app)
-    occ_id = await app.aenqueue("slow")
-    await runtime.executor.tick()
+    runtime, occ_id, gate = await start_gated(app)
     clock.advance(3)
     sent = clock.monotonic()
     store.on_renew = lambda: clock.advance(2)  # the answer takes 2 s
@@ -461,15 +458,7 @@ async def test_a_heartbeat_too_long_for_the_lease_is_refused_and_the_longest_all
     with pytest.raises(ConfigError, match=r"heartbeat 8\.5s"):
         make_app(clock, store, heartbeat="8.5s")
     app = make_app(clock, store, heartbeat="4s")
-    gate = asyncio.Event()
-
-    @app.task(name="slow")
-    async def slow(ctx) -> None:  # type: ignore[no-untyped-def]
-        await gate.wait()
-
-    runtime = await started(app)
-    occ_id = await app.aenqueue("slow")
-    await runtime.executor.tick()
+    runtime, occ_id, gate = await start_gated(app)
     run = runtime.executor.active[occ_id]
     for _ in range(5):
         delay = await runtime.heartbeater.tick()
