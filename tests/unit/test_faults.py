@@ -742,3 +742,27 @@ async def test_a_stray_cancelled_error_does_not_end_a_service_loop(
     await service.stop()  # a real stop still ends it
     assert not service.running
     assert not [r for r in caplog.records if getattr(r, "action", None) == "service_died"]
+
+
+async def test_a_failed_wake_up_wait_together_with_a_local_wake_does_not_raise(
+    clock: FakeClock, store: FaultyStore
+) -> None:
+    """The executor's idle wait: when the store's wake-up wait fails in the same turn as a
+    local wake-up, the wait returns (it used to raise the store's error, outside the
+    loop's error handling, and the executor stopped for good: chaos, pg_terminate_backend)."""
+    app = make_app(clock, store)
+    runtime = await started(app)
+    executor = runtime.executor
+
+    cut = asyncio.Event()
+
+    async def broken(timeout: float) -> bool:
+        await cut.wait()
+        raise StoreUnavailableError("server closed the connection (injected)")
+
+    store.work_wait = broken  # type: ignore[method-assign]
+    executor._wake = asyncio.Event()  # as start() makes it, without the loop running
+    executor._starved = True  # the last tick found too little work: wait for the store
+    # The connection is cut in the very turn a local wake-up comes: both waits end together.
+    asyncio.get_running_loop().call_later(0.05, lambda: (cut.set(), executor.wake()))
+    await asyncio.wait_for(executor.wait(5.0), 5)  # returns, does not raise

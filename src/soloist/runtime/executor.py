@@ -166,7 +166,12 @@ class Executor(Service):
             while waits:
                 done, waits = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if done != {notify} or notify.cancelled() or notify.exception() is None:
-                    if notify in done and not notify.cancelled() and notify.result():
+                    if (
+                        notify in done
+                        and not notify.cancelled()
+                        and notify.exception() is None
+                        and notify.result()
+                    ):
                         self.on_notified()  # e.g. a new schedule: the planner looks too
                     break
                 # The store cannot notify right now: fall back on the timer and local wakes.

@@ -121,7 +121,12 @@ class Service(abc.ABC):
             except Exception as exc:
                 delay = self._tick_failed(exc)
             if not self.stopping:
-                await self.wait(delay)
+                try:
+                    await self.wait(delay)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # a wait that needs the store (wake-ups) failed
+                    await self.clock.sleep(self._tick_failed(exc))
 
     def _tick_failed(self, exc: BaseException) -> float:
         """Count and log a failed tick; the delay before the next one."""
