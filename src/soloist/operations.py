@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta, timezone
@@ -46,7 +45,6 @@ ENQUEUE_PARALLEL = 2
 LAST_LOOKBACK = 5
 
 log = logging.getLogger("soloist")
-_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 @runtime_checkable
@@ -458,21 +456,6 @@ def job_json(record: JobRecord, now: datetime, last: Occurrence | None = None) -
     }
 
 
-def mask_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (in the userinfo or a ``password``
-    query parameter), fit for status pages and logs; the rest is left as written."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, tail = rest.partition("/")
-    if "@" in authority:
-        userinfo, _, hostport = authority.rpartition("@")
-        user, colon, _password = userinfo.partition(":")
-        authority = f"{user}{':***' if colon else ''}@{hostport}"
-    tail = _PASSWORD_PARAM.sub(r"\1***", tail)
-    return f"{scheme}{sep}{authority}{slash}{tail}"
-
-
 def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
     """Reject at enqueue time a payload the handler could never accept."""
     signature = spec.signature
@@ -486,7 +469,7 @@ def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
         ) from None
 
 
-__all__ = ["Operations", "job_json", "mask_url"]
+__all__ = ["Operations", "job_json"]
 
 
 def _wraps(fn: object, target: object) -> bool:

@@ -25,7 +25,7 @@ from soloist.config import MODES, Config
 from soloist.errors import ConfigError, SoloistError
 from soloist.metrics import Metrics
 from soloist.models import DEFAULT_MAX_CRASHES, Attempt, JobRecord, Occurrence, State
-from soloist.operations import Operations, mask_url
+from soloist.operations import Operations
 from soloist.registry import (
     Handler,
     JobDef,
@@ -43,6 +43,7 @@ from soloist.schedules import Schedule
 from soloist.stores import check_store_url, open_store
 from soloist.stores.base import Store
 from soloist.stores.existing import require_schema
+from soloist.stores.urls import mask_url
 
 if TYPE_CHECKING:
     from soloist.http.server import HttpServer

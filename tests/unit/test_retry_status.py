@@ -9,8 +9,8 @@ import pytest
 from soloist import Scheduler, every
 from soloist.errors import StateConflictError, UnknownTaskError
 from soloist.models import ErrorCode, Outcome, Overlap, State
-from soloist.operations import mask_url
 from soloist.stores.memory import MemoryStore
+from soloist.stores.urls import mask_url
 from soloist.testing import FakeClock
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -12,6 +12,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from soloist.errors import ConfigError
+from soloist.stores.urls import mask_url, scrub
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresTarget", "parse_url", "validate_schema"]
 
@@ -44,7 +45,7 @@ class PostgresTarget:
 
     def scrub(self, text: str) -> str:
         """``text`` with the password, if any, masked."""
-        return text.replace(self.password, "***") if self.password else text
+        return scrub(text, self.password)
 
 
 def validate_schema(name: str) -> str:
@@ -67,17 +68,17 @@ def parse_url(url: str, schema: str | None = None) -> PostgresTarget:
     scheme, sep, rest = url.partition("://")
     if scheme not in SCHEMES or not sep:
         raise ConfigError(
-            f"invalid PostgreSQL store URL {_masked(url)!r}: expected "
+            f"invalid PostgreSQL store URL {mask_url(url)!r}: expected "
             "'postgresql://user@host:port/database?schema=name'"
         )
     base, _, query = rest.partition("?")
     params = parse_qsl(query, keep_blank_values=True)
     named = [value for key, value in params if key == "schema"]
     if len(named) > 1:
-        raise ConfigError(f"the schema is given twice in store URL {_masked(url)!r}")
+        raise ConfigError(f"the schema is given twice in store URL {mask_url(url)!r}")
     if named and schema is not None and named[0] != schema:
         raise ConfigError(
-            f"conflicting schemas: {named[0]!r} in store URL {_masked(url)!r} and {schema!r}"
+            f"conflicting schemas: {named[0]!r} in store URL {mask_url(url)!r} and {schema!r}"
         )
     if schema is None:
         schema = named[0] if named else DEFAULT_SCHEMA
@@ -88,7 +89,7 @@ def parse_url(url: str, schema: str | None = None) -> PostgresTarget:
     try:
         info = conninfo_to_dict(conninfo)
     except psycopg.Error as exc:
-        raise ConfigError(f"invalid PostgreSQL store URL {_masked(url)!r}: {exc}") from None
+        raise ConfigError(f"invalid PostgreSQL store URL {mask_url(url)!r}: {exc}") from None
     password = info.get("password")
     return PostgresTarget(
         conninfo=conninfo,
@@ -106,8 +107,3 @@ def _display(info: Mapping[str, object], schema: str) -> str:
     port = f":{info['port']}" if info.get("port") else ""
     database = f"/{info['dbname']}" if info.get("dbname") else ""
     return f"postgresql://{user}{host}{port}{database} (schema {schema!r})"
-
-
-def _masked(url: str) -> str:
-    """``url`` with the password of its user-info part replaced by ``***``."""
-    return re.sub(r"(://[^:/?#@]*:)[^@/?#]*@", r"\1***@", url)

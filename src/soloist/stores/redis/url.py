@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError
 from soloist.stores.deadlines import Deadlines
+from soloist.stores.urls import mask_url, scrub
 
 __all__ = [
     "DEFAULT_HISTORY_AGE",
@@ -85,12 +86,12 @@ class RedisTarget:
 
     def scrub(self, text: str) -> str:
         """``text`` with the password, if any, masked."""
-        return text.replace(self.password, "***") if self.password else text
+        return scrub(text, self.password)
 
 
 def parse_url(url: str) -> RedisTarget:
     """Read a ``redis://`` or ``rediss://`` store URL; ConfigError names a bad part."""
-    shown = masked(url)
+    shown = mask_url(url)
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -169,8 +170,3 @@ def _seconds(options: dict[str, str], name: str, default: float, shown: str) -> 
             "number of seconds"
         )
     return value
-
-
-def masked(url: str) -> str:
-    """``url`` with the password of its user-info part replaced by ``***``."""
-    return re.sub(r"(://[^:/?#@]*:)[^@/?#]*@", r"\1***@", url)
