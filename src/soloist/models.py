@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -233,6 +234,21 @@ class PlanCursor:
     scope: str
     last_plan_time: datetime | None
     planned_count: int
+
+
+@dataclass(frozen=True)
+class PlanAdvance:
+    """One step of a (job, scope) stream's planning, applied atomically by
+    :meth:`~soloist.stores.base.Store.plan_advance`: if the cursor's last plan time is
+    still ``expected_last`` (None: the stream was never planned), move it to ``new_last``,
+    add ``added_count`` to its planned count, and insert ``items``."""
+
+    job: str
+    scope: str
+    expected_last: datetime | None
+    new_last: datetime
+    added_count: int
+    items: Sequence[NewOccurrence] = ()
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from soloist.clock import Clock
-from soloist.stores import open_store
+from soloist.stores import CheckedStore, open_store
 from soloist.stores.base import Store
 from soloist.stores.memory import MemoryStore
 from soloist.testing.conformance import StoreConformance, StoreFactory
@@ -26,6 +26,7 @@ class TestMemoryStore(StoreConformance):
 
 
 def test_open_store_selects_the_memory_store() -> None:
-    """open_store('memory://') returns a MemoryStore carrying the URL."""
+    """open_store('memory://') returns a MemoryStore behind the core's checks."""
     store = open_store("memory://")
-    assert isinstance(store, MemoryStore) and store.url == "memory://"
+    assert isinstance(store, CheckedStore) and store.url == "memory://"
+    assert isinstance(store.driver, MemoryStore) and store.capabilities.reach == "process"

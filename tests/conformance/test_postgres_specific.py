@@ -20,7 +20,7 @@ from psycopg import sql
 from soloist.clock import SystemClock
 from soloist.context import JobContext
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
-from soloist.models import Claimed, JobRecord, Kind, Outcome, Overlap, State
+from soloist.models import Claimed, JobRecord, Kind, Outcome, Overlap, PlanAdvance, State
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.postgres import PostgresStore, parse_url
@@ -119,8 +119,8 @@ def test_bad_urls_raise_config_error_without_the_password(
 def test_open_store_selects_the_postgres_store(scheme: str) -> None:
     """open_store dispatches both spellings of the scheme; repr hides the password."""
     store = open_store(f"{scheme}://app:hunter2@db.example:5433/prod?schema=billing")
-    assert isinstance(store, PostgresStore)
-    assert store.schema == "billing"
+    assert isinstance(store.driver, PostgresStore)
+    assert store.driver.schema == "billing"
     assert "hunter2" not in repr(store) and "db.example:5433/prod" in repr(store)
 
 
@@ -179,7 +179,7 @@ async def test_two_apps_share_a_database_without_seeing_each_other(
     assert [o.id for o in await b.occurrence_list()] == [in_b.id]
     assert [o.id for o in await claim(b, instance="b")] == [in_b.id]
     assert len(await claim(a, instance="a")) == 1
-    await a.plan_advance("job", "", None, LONG_AGO, 0, [])
+    await a.plan_advance(PlanAdvance("job", "", None, LONG_AGO, 0, []))
     assert await b.plan_cursor_get("job", "") is None
     await a.close()
     await b.close()
@@ -585,7 +585,7 @@ async def test_processes_racing_to_claim_take_each_row_once(
 ) -> None:
     """Three OS processes claiming 300 due rows: every row is claimed exactly once."""
     items = [new_occurrence(f"k{n}", due_at=LONG_AGO + timedelta(seconds=n)) for n in range(300)]
-    assert await store.plan_advance("bulk", "", None, LONG_AGO, 300, items)
+    assert await store.plan_advance(PlanAdvance("bulk", "", None, LONG_AGO, 300, items))
     expected = {occ.id for occ in await store.occurrence_list(limit=1000)}
     claimed = race_claimers(postgres_url, processes=3, batch=7)
     assert len(claimed) == len(set(claimed)) == 300
@@ -600,7 +600,7 @@ async def test_batches_are_one_statement_each(
     """A 500-row claim, and renewing and completing those 500, each send one statement
     (the claim also sets its planner setting, in the same round trip)."""
     items = [new_occurrence(f"k{n}", due_at=LONG_AGO + timedelta(seconds=n)) for n in range(1000)]
-    await store.plan_advance("bulk", "", None, LONG_AGO, 1000, items)
+    await store.plan_advance(PlanAdvance("bulk", "", None, LONG_AGO, 1000, items))
     await store.occurrence_get("warm-up")  # the pool is open before counting starts
     sent: list[str] = []
     execute = psycopg.AsyncCursor.execute
@@ -717,7 +717,7 @@ async def test_concurrent_claimers_never_overlap_a_skip_or_queue_job(
         for job, o in jobs.items()
         for n in range(6)
     ]
-    await store.plan_advance("bulk", "", None, LONG_AGO, len(items), items)
+    await store.plan_advance(PlanAdvance("bulk", "", None, LONG_AGO, len(items), items))
     handles = [store] + [PostgresStore(postgres_url) for _ in range(2)]
     for handle in handles:
         await handle.occurrence_get("warm-up")  # pools open before the race starts
@@ -772,7 +772,9 @@ async def _insert_many_due(other: PostgresStore) -> None:
 
 async def _plan_due(other: PostgresStore) -> None:
     now = await other.now()
-    await other.plan_advance("job", "", None, now, 1, [new_occurrence("k", due_at=now)])
+    await other.plan_advance(
+        PlanAdvance("job", "", None, now, 1, [new_occurrence("k", due_at=now)])
+    )
 
 
 async def _running(other: PostgresStore) -> Claimed:

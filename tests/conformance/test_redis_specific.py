@@ -118,7 +118,7 @@ def test_open_store_selects_the_redis_store() -> None:
     """open_store picks RedisStore for redis:// and rediss:// URLs."""
     for url in ("redis://127.0.0.1:6379/0?prefix=x", "rediss://127.0.0.1:6379/0"):
         store = open_store(url)
-        assert isinstance(store, RedisStore) and store.url == url
+        assert isinstance(store.driver, RedisStore) and store.url == url
 
 
 # -- prefixes -----------------------------------------------------------------------------------

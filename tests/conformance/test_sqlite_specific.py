@@ -60,7 +60,8 @@ def test_bad_urls_raise_config_error_naming_them(url: str) -> None:
 def test_open_store_selects_the_sqlite_store(tmp_path: Path) -> None:
     """open_store('sqlite:///...') returns a SQLiteStore for that path."""
     store = open_store(_url(tmp_path / "x.db"))
-    assert isinstance(store, SQLiteStore) and store.path == str(tmp_path / "x.db")
+    driver = store.driver
+    assert isinstance(driver, SQLiteStore) and driver.path == str(tmp_path / "x.db")
 
 
 async def test_missing_directory_is_unavailable_naming_the_path(tmp_path: Path) -> None:

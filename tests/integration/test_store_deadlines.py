@@ -308,7 +308,7 @@ async def test_sqlite_busy_timeout_is_below_the_lease_ttl(tmp_path: Path) -> Non
     assert SQLiteStore(url).busy_timeout == 10.0
     assert SQLiteStore(url, lease_ttl=60).busy_timeout == 10.0
     store = open_store(url, lease_ttl=2)
-    assert isinstance(store, SQLiteStore) and store.busy_timeout == 1.0
+    assert isinstance(store.driver, SQLiteStore) and store.driver.busy_timeout == 1.0
     await store.migrate()
     other = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
     try:

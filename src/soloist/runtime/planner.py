@@ -38,7 +38,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from soloist.clock import Clock, to_epoch_us
-from soloist.models import CatchUp, JobRecord, Kind, NewOccurrence
+from soloist.models import CatchUp, JobRecord, Kind, NewOccurrence, PlanAdvance
 from soloist.registry import JobDef, Registry, local_name
 from soloist.runtime.service import Service
 from soloist.schedules import Schedule
@@ -214,9 +214,8 @@ class Planner(Service):
             kept = []
         if last_walked is not None:
             items = [self._occurrence(job, scope, p) for p in kept]
-            if await self.store.plan_advance(
-                stream, scope, expected, last_walked, len(items), items
-            ):
+            step = PlanAdvance(stream, scope, expected, last_walked, len(items), items)
+            if await self.store.plan_advance(step):
                 self.planned_total += len(items)
                 if items:
                     self.log(

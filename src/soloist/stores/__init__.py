@@ -11,11 +11,12 @@ from datetime import timedelta
 from soloist.clock import Clock
 from soloist.errors import ConfigError
 from soloist.stores.base import Store
+from soloist.stores.core import CheckedStore, checked
 from soloist.stores.deadlines import lease_ttl_seconds as lease_seconds
 
 DEFAULT_STORE_URL = "sqlite:///soloist.db"
 
-__all__ = ["DEFAULT_STORE_URL", "Store", "check_store_url", "open_store"]
+__all__ = ["DEFAULT_STORE_URL", "CheckedStore", "Store", "check_store_url", "checked", "open_store"]
 
 
 SCHEMES = ("sqlite", "memory", "postgresql", "postgres", "redis", "rediss")
@@ -36,13 +37,18 @@ def check_store_url(url: str) -> str:
 
 def open_store(
     url: str, *, clock: Clock | None = None, lease_ttl: float | timedelta | None = None
-) -> Store:
-    """Return the store for ``url`` (not yet migrated; call ``await store.migrate()``).
+) -> CheckedStore:
+    """Return the store for ``url`` behind the core's checks (:func:`checked`), not yet
+    migrated (call ``await store.migrate()``); its driver is ``.driver``.
 
     ``lease_ttl`` (seconds or a timedelta): the lease TTL of the instances using the store,
     from which its drivers derive their timeouts (call deadlines, keepalives, SQLite's busy
     timeout: see :mod:`soloist.stores.deadlines`), so that a call on a dead connection fails
     within a bound. None (tools, the CLI): keepalives, but no call deadline."""
+    return checked(_driver(url, clock, lease_ttl))
+
+
+def _driver(url: str, clock: Clock | None, lease_ttl: float | timedelta | None) -> Store:
     scheme = check_store_url(url)
     lease_seconds(lease_ttl)  # a bad value fails here, for every scheme
     if scheme == "memory":

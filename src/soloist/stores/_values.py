@@ -1,15 +1,14 @@
-"""Checks every store applies to values crossing its boundary."""
+"""Encoding helpers the drivers share: JSON text of payloads and results (one error
+message for a value that does not encode, whatever the store), and new ids."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 from typing import Any
 
-from soloist.clock import UTC
-from soloist.errors import ConfigError, PayloadError
+from soloist.errors import PayloadError
 from soloist.models import NewOccurrence
 from soloist.payload import validate_payload
 
@@ -22,22 +21,6 @@ def new_ids(count: int) -> list[str]:
     (the same form and uniqueness), from one ``urandom`` call instead of one per id."""
     text = os.urandom(16 * count).hex()
     return [text[start : start + 32] for start in range(0, 32 * count, 32)]
-
-
-def aware_utc(moment: datetime, what: str) -> datetime:
-    """``moment`` in UTC; a naive datetime is a caller bug, named here."""
-    if moment.tzinfo is UTC:
-        return moment  # the common case, and the hot path of bulk inserts
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ConfigError(f"invalid {what} {moment!r}: expected a timezone-aware datetime")
-    return moment.astimezone(UTC)
-
-
-def positive_ttl(ttl: timedelta, what: str = "ttl") -> timedelta:
-    """``ttl`` if it is a positive duration: a lease born expired is a caller bug."""
-    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
-        raise ConfigError(f"invalid {what} {ttl!r}: expected a positive timedelta")
-    return ttl
 
 
 def object_json(value: object, what: str) -> str:

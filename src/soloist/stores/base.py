@@ -18,6 +18,25 @@ Design (read this before writing a store):
 * All datetimes crossing this boundary are aware UTC datetimes with microsecond precision.
 * Driver exceptions are translated to :class:`soloist.errors.StoreError` here, at the
   boundary; the core never imports a store driver.
+
+Two layers. A store class implements this protocol for one dialect (SQL, Lua, dicts) and
+only translates. The core (:class:`soloist.stores.core.CheckedStore`, applied by
+:func:`soloist.stores.open_store`, by ``Scheduler(store=...)`` and by the conformance
+suite) checks every call before the store sees it, so a store may rely on this:
+
+* every datetime argument, item time and ``now`` is an aware UTC datetime; ``now`` is
+  ``None`` only when the store has no test clock (an attribute ``clock``, None by
+  default), and then means the store's own clock;
+* lease and election TTLs are positive; ``limit`` is a positive integer; ``tasks`` is a
+  non-empty sorted list of distinct names; ``state`` filters are :class:`State` values;
+  outcome states are ``succeeded``, ``failed`` or ``dead``;
+* sequences (items of ``occurrence_insert_many``, claims, outcomes, job records) are never
+  empty.
+
+Extras beyond the protocol (waking idle instances, inserting at the store's now, a
+read-only schema check) are declared by a class attribute ``capabilities``
+(:class:`soloist.stores.core.Capabilities`). ``docs/howto/write-a-store.md`` walks
+through writing one, and ``soloist.testing.conformance`` checks it.
 """
 
 from __future__ import annotations
@@ -36,6 +55,7 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PlanAdvance,
     PlanCursor,
     State,
 )
@@ -85,16 +105,9 @@ class Store(Protocol):
         """The planning cursor of (job, scope), or None if never planned."""
         ...
 
-    async def plan_advance(
-        self,
-        job: str,
-        scope: str,
-        expected_last: datetime | None,
-        new_last: datetime,
-        added_count: int,
-        items: Sequence[NewOccurrence],
-    ) -> bool:
-        """Compare-and-set the cursor of (job, scope) and insert ``items``, atomically.
+    async def plan_advance(self, advance: PlanAdvance) -> bool:
+        """Compare-and-set the cursor of (``advance.job``, ``advance.scope``) and insert
+        ``advance.items``, atomically.
 
         Applies only if the cursor's ``last_plan_time`` equals ``expected_last`` (``None``:
         no cursor exists yet). Then the cursor becomes ``new_last`` with ``planned_count``
@@ -113,21 +126,31 @@ class Store(Protocol):
         """Atomically claim up to ``limit`` occurrences for ``instance_id``.
 
         Candidates: state ``scheduled`` or ``failed``, ``due_at <= now``, ``task`` in
-        ``tasks``, ordered by ``due_at`` then ``plan_time``. Overlap: a candidate whose
-        overlap is ``skip`` or ``queue`` and whose (job, scope, task) already has a
-        ``running`` occurrence (or one claimed earlier in this same batch, which counts as
-        started at now) is not claimed. If its overlap is ``queue`` it stays as it is. If
-        ``skip``, it becomes ``skipped`` with error_code ``overlap`` and finished_at = now
-        only if such a running sibling started before the candidate was due
-        (``started_at < due_at``: the handler is slower than the schedule); if every one
-        started at or after its due time (both were late: claims fell behind), it stays as
-        it is and waits like ``queue``, so late instants run one after the other, in order,
-        instead of being lost. (A job always runs the same task,
-        except in ``local`` mode, where each instance runs its own copy of a job under a task
-        name of its own: the task in the group keeps one instance's running copy from holding
-        back another's.) Claimed rows become ``running`` with attempt + 1, fencing_token + 1,
-        instance_id, started_at = now, lease_expires_at = now + lease_ttl, finished_at/error
-        cleared. Returns the claimed rows as updated."""
+        ``tasks``, ordered by ``due_at`` then ``plan_time``. Claimed rows become
+        ``running`` with attempt + 1, fencing_token + 1, instance_id, started_at = now,
+        lease_expires_at = now + lease_ttl, finished_at/error cleared. Returns the claimed
+        rows as updated.
+
+        Overlap groups: the occurrences of one (job, scope, task). (A job always runs the
+        same task, except in ``local`` mode, where each instance runs its own copy of a job
+        under a task name of its own: the task in the group keeps one instance's running
+        copy from holding back another's.) A candidate whose overlap is ``skip`` or
+        ``queue`` is not claimed when its group
+
+        * already has a ``running`` occurrence, or one claimed earlier in this same batch
+          (which counts as started at now); or
+        * has an earlier candidate (by the order above) that this claim does not take,
+          whatever the reason: another claimer holds its row at this moment, or the batch
+          is full. Only the earliest candidate of a group may start, so two concurrent
+          claimers never both start one group, and its instants start in order.
+
+        A ``queue`` candidate not claimed stays as it is. A ``skip`` candidate blocked by a
+        running sibling becomes ``skipped`` with error_code ``overlap`` and finished_at =
+        now only if such a sibling started before the candidate was due (``started_at <
+        due_at``: the handler is slower than the schedule); if every one started at or
+        after its due time (both were late: claims fell behind), it stays as it is and
+        waits like ``queue``, so late instants run one after the other, in order, instead
+        of being lost."""
         ...
 
     async def lease_renew(

@@ -3,34 +3,25 @@
 Read-only commands (``soloist history``, ``show``, ``status``, ``jobs``) and
 ``Scheduler(..., migrate=False)`` never migrate: pointed at a mistyped path, another app's
 database or an empty Redis prefix, they must say so, not create soloist's tables there.
-A store that can tell implements :class:`ChecksSchema`: ``schema_check()`` reads whether
+A store that can tell declares the capability ``checks_schema``
+(:class:`soloist.stores.core.Capabilities`): its ``schema_check()`` reads whether
 it holds soloist's newest schema (without creating a file, schema, table or key) and
 raises :class:`~soloist.errors.StoreUnavailableError` naming the store otherwise.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 from soloist.errors import StoreError, StoreUnavailableError
 from soloist.stores.base import Store
+from soloist.stores.core import checked
 
-__all__ = ["ChecksSchema", "require_schema", "schema_problem"]
-
-
-@runtime_checkable
-class ChecksSchema(Protocol):
-    async def schema_check(self) -> None:
-        """Raise StoreUnavailableError unless this store holds soloist's newest schema
-        (StoreError if it is newer than this code). Reads only: creates nothing."""
-        ...
+__all__ = ["require_schema", "schema_problem"]
 
 
 async def require_schema(store: Store) -> None:
     """Check that ``store`` holds soloist's newest schema, creating nothing. Stores without
     persistence (memory) have nothing to check."""
-    if isinstance(store, ChecksSchema):
-        await store.schema_check()
+    await checked(store).schema_check()
 
 
 def schema_problem(

@@ -9,7 +9,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from soloist.errors import ConfigError
 from soloist.models import (
     CRASHED,
     ErrorCode,
@@ -20,9 +19,7 @@ from soloist.models import (
     State,
 )
 from soloist.payload import validate_payload
-from soloist.stores._values import aware_utc, result_json
-
-_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
+from soloist.stores._values import result_json
 
 
 def running(occ: Occurrence) -> bool:
@@ -42,8 +39,8 @@ def new_occurrence(item: NewOccurrence, now: datetime) -> Occurrence:
         job=item.job,
         task=item.task,
         scope=item.scope,
-        plan_time=aware_utc(item.plan_time, "plan_time"),
-        due_at=aware_utc(item.due_at, "due_at"),
+        plan_time=item.plan_time,
+        due_at=item.due_at,
         kind=item.kind,
         state=State.SCHEDULED,
         attempt=0,
@@ -111,12 +108,7 @@ def result(value: Any) -> Any:
 
 
 def retry_at(outcome: Outcome, now: datetime) -> datetime:
-    if outcome.state not in _OUTCOME_STATES:
-        raise ConfigError(
-            f"invalid outcome state {outcome.state!r} for {outcome.id}: "
-            "expected succeeded, failed or dead"
-        )
-    return aware_utc(outcome.retry_at, "retry_at") if outcome.retry_at is not None else now
+    return outcome.retry_at if outcome.retry_at is not None else now
 
 
 def job(record: JobRecord, now: datetime) -> JobRecord:
@@ -125,5 +117,5 @@ def job(record: JobRecord, now: datetime) -> JobRecord:
         schedule=validate_payload(record.schedule, what=f"schedule of job {record.name!r}"),
         payload=validate_payload(record.payload, what=f"payload of job {record.name!r}"),
         metadata=validate_payload(record.metadata, what=f"metadata of job {record.name!r}"),
-        created_at=aware_utc(record.created_at, "created_at") if record.created_at else now,
+        created_at=record.created_at or now,
     )

@@ -25,11 +25,12 @@ from soloist.models import (
     OccurrenceCounts,
     Outcome,
     Overlap,
+    PlanAdvance,
     PlanCursor,
     State,
 )
 from soloist.payload import validate_payload
-from soloist.stores._values import aware_utc, positive_ttl
+from soloist.stores.core import Capabilities
 from soloist.stores.memory import rows
 from soloist.stores.memory.coordination import Elections, Instances
 
@@ -45,11 +46,16 @@ class _Row:
 
 
 class MemoryStore:
-    """A :class:`soloist.stores.base.Store` in process memory (``memory://``)."""
+    """A :class:`soloist.stores.base.Store` in process memory (``memory://``): a driver
+    that trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
+
+    capabilities = Capabilities(reach="process")
 
     def __init__(self, url: str = "memory://", *, clock: Clock | None = None) -> None:
         self.url = url
         self._clock: Clock = clock or SystemClock()
+        #: The store's clock: it has no other (the core reads ``now`` from it).
+        self.clock: Clock = self._clock
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         self._rows: dict[str, _Row] = {}
@@ -71,7 +77,7 @@ class MemoryStore:
         return self._clock.now()
 
     def _now(self, now: datetime | None) -> datetime:
-        return aware_utc(now, "now") if now is not None else self._clock.now()
+        return now if now is not None else self._clock.now()
 
     # -- occurrences ------------------------------------------------------------------------
     async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
@@ -110,19 +116,10 @@ class MemoryStore:
         with self._lock:
             return self._cursors.get((job, scope))
 
-    async def plan_advance(
-        self,
-        job: str,
-        scope: str,
-        expected_last: datetime | None,
-        new_last: datetime,
-        added_count: int,
-        items: Sequence[NewOccurrence],
-    ) -> bool:
-        created = self._clock.now()
-        expected = aware_utc(expected_last, "expected_last") if expected_last is not None else None
-        new_last = aware_utc(new_last, "new_last")
-        news = [rows.new_occurrence(item, created) for item in items]
+    async def plan_advance(self, advance: PlanAdvance) -> bool:
+        job, scope, expected = advance.job, advance.scope, advance.expected_last
+        new_last, added_count = advance.new_last, advance.added_count
+        news = [rows.new_occurrence(item, self._clock.now()) for item in advance.items]
         with self._lock:
             cursor = self._cursors.get((job, scope))
             # Cursors only ever hold a plan time, so "no cursor" and "expected None" agree.
@@ -339,8 +336,6 @@ class MemoryStore:
         state: State | None = None,
         limit: int = 100,
     ) -> list[Occurrence]:
-        if limit <= 0:
-            return []
         with self._lock:
             found = [
                 row
@@ -410,7 +405,7 @@ class MemoryStore:
     async def leader_attempt_elect(
         self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
     ) -> LeaderLease | None:
-        ttl, now = positive_ttl(ttl), self._now(now)
+        now = self._now(now)
         with self._lock:
             return self._elections.attempt_elect(name, instance_id, ttl, now)
 
@@ -422,7 +417,7 @@ class MemoryStore:
         ttl: timedelta,
         now: datetime | None = None,
     ) -> LeaderLease | None:
-        ttl, now = positive_ttl(ttl), self._now(now)
+        now = self._now(now)
         with self._lock:
             return self._elections.renew(name, instance_id, epoch, ttl, now)
 
@@ -442,13 +437,9 @@ class MemoryStore:
     async def instance_heartbeat(
         self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
     ) -> None:
-        ttl, now = positive_ttl(ttl), self._now(now)
+        now = self._now(now)
         what = f"metadata of instance {info.instance_id!r}"
-        checked = replace(
-            info,
-            started_at=aware_utc(info.started_at, "started_at"),
-            metadata=validate_payload(info.metadata, what=what),
-        )
+        checked = replace(info, metadata=validate_payload(info.metadata, what=what))
         with self._lock:
             self._instances.heartbeat(checked, ttl, now)
 

@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from soloist.clock import UTC
-from soloist.errors import ConfigError
 from soloist.models import (
     Attempt,
     InstanceInfo,
@@ -28,7 +27,6 @@ from soloist.models import (
     State,
 )
 from soloist.stores._values import (
-    aware_utc,
     new_ids,
     object_json,
     payload_json,
@@ -50,7 +48,6 @@ __all__ = [
     "utc",
 ]
 
-_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
 # Encodes lists of strings (ids, dedupe keys): made once, as json.dumps would build one per call.
 _encode = json.JSONEncoder().encode
 
@@ -119,8 +116,8 @@ def insert_params(item: NewOccurrence) -> dict[str, Any]:
         "job": item.job,
         "task": item.task,
         "scope": item.scope,
-        "plan_time": aware_utc(item.plan_time, "plan_time"),
-        "due_at": aware_utc(item.due_at, "due_at"),
+        "plan_time": item.plan_time,
+        "due_at": item.due_at,
         "kind": Kind(item.kind).value,
         "max_attempts": item.max_attempts,
         "overlap": Overlap(item.overlap).value,
@@ -146,8 +143,8 @@ def items_params(items: Sequence[NewOccurrence]) -> dict[str, Any]:
         "jobs": _shared([item.job for item in rows]),
         "tasks": _shared([item.task for item in rows]),
         "scopes": _shared([item.scope for item in rows]),
-        "plan_times": _times([item.plan_time for item in rows], "plan_time"),
-        "dues": _times([item.due_at for item in rows], "due_at"),
+        "plan_times": _shared([item.plan_time for item in rows]),
+        "dues": _shared([item.due_at for item in rows]),
         "kinds": [_KINDS.get(k) or Kind(k).value for k in _shared([i.kind for i in rows])],
         "max_attempts": _shared([item.max_attempts for item in rows]),
         "overlaps": [
@@ -165,10 +162,6 @@ def _shared(values: list[Any]) -> list[Any]:
     return values
 
 
-def _times(values: list[datetime], what: str) -> list[datetime]:
-    return [aware_utc(moment, what) for moment in _shared(values)]
-
-
 def _dedupe_key(item: NewOccurrence) -> str:
     return item.dedupe_key
 
@@ -181,22 +174,16 @@ _OVERLAPS: dict[object, str] = {o: o.value for o in Overlap} | {o.value: o.value
 
 
 def complete_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
-    """The parameter arrays of ``Queries.complete``; ConfigError/PayloadError before
-    anything is written if an outcome is not valid."""
+    """The parameter arrays of ``Queries.complete``; PayloadError before anything is
+    written if a result does not encode."""
     params: dict[str, list[Any]] = {
         key: [] for key in ("ids", "tokens", "states", "retry_at", "codes", "messages", "results")
     }
     for outcome in outcomes:
-        if outcome.state not in _OUTCOME_STATES:
-            raise ConfigError(
-                f"invalid outcome state {outcome.state!r} for {outcome.id}: "
-                "expected succeeded, failed or dead"
-            )
-        retry_at = outcome.retry_at
         params["ids"].append(outcome.id)
         params["tokens"].append(outcome.fencing_token)
-        params["states"].append(State(outcome.state).value)
-        params["retry_at"].append(None if retry_at is None else aware_utc(retry_at, "retry_at"))
+        params["states"].append(outcome.state.value)
+        params["retry_at"].append(outcome.retry_at)
         params["codes"].append(outcome.error_code)
         params["messages"].append(outcome.error_message)
         params["results"].append(result_json(outcome.result))
@@ -221,8 +208,7 @@ def jobs_params(records: Sequence[JobRecord]) -> dict[str, list[Any]]:
         params["paused"].append(bool(record.paused))
         params["payloads"].append(dump_object(record.payload, f"payload {what}"))
         params["metadata"].append(dump_object(record.metadata, f"metadata {what}"))
-        created = record.created_at
-        params["created"].append(None if created is None else aware_utc(created, "created_at"))
+        params["created"].append(record.created_at)
     return params
 
 
@@ -270,7 +256,7 @@ def instance_params(info: InstanceInfo) -> dict[str, Any]:
         "mode": info.mode,
         "hostname": info.hostname,
         "pid": int(info.pid),
-        "started_at": aware_utc(info.started_at, "started_at"),
+        "started_at": info.started_at,
         "metadata": dump_object(info.metadata, f"metadata of instance {info.instance_id!r}"),
     }
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from soloist.clock import Clock
-from soloist.errors import ConfigError, DuplicateJobError, StoreError
+from soloist.errors import DuplicateJobError, StoreError
 from soloist.models import (
     Attempt,
     Claimed,
@@ -18,10 +18,11 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PlanAdvance,
     PlanCursor,
     State,
 )
-from soloist.stores._values import aware_utc, positive_ttl
+from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
 from soloist.stores.existing import schema_problem
 from soloist.stores.postgres import codec, migrations
@@ -54,7 +55,11 @@ class PostgresStore:
 
     Connections open lazily, a small pool per event loop. Cancelling a call does not undo
     a statement the server already ran: a claim lost that way is reaped when its lease
-    expires."""
+    expires.
+
+    A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
+
+    capabilities = Capabilities(notifies=True, inserts_at_now=True, checks_schema=True)
 
     def __init__(
         self,
@@ -67,7 +72,8 @@ class PostgresStore:
         self.url = url
         self.target = parse_url(url, schema)
         self.schema = self.target.schema
-        self._clock = clock
+        #: The clock that replaces the database's (tests), or None.
+        self.clock = clock
         self._sql = Queries(self.schema)
         self._coord = Coordination(self.schema)
         self._conns = Connections(self.target, deadlines=Deadlines.from_ttl(lease_ttl))
@@ -105,8 +111,8 @@ class PostgresStore:
     def _at(self, now: datetime | None) -> datetime | None:
         """The instant to pass as ``%(now)s``: None lets the database's clock decide."""
         if now is not None:
-            return aware_utc(now, "now")
-        return self._clock.now() if self._clock is not None else None
+            return now
+        return self.clock.now() if self.clock is not None else None
 
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
@@ -141,8 +147,8 @@ class PostgresStore:
         await self._conns.close_all()
 
     async def now(self) -> datetime:
-        if self._clock is not None:
-            return self._clock.now()
+        if self.clock is not None:
+            return self.clock.now()
         row = await self._row("SELECT clock_timestamp()", {})
         assert row is not None
         return codec.utc(row[0])
@@ -194,10 +200,8 @@ class PostgresStore:
     ) -> tuple[Occurrence, bool]:
         """:meth:`occurrence_insert` with plan_time and due_at set to the store's now plus
         ``delay`` (those of ``item`` are ignored), in one statement: ``enqueue`` needs no
-        separate round trip to read the database's clock. (Not part of the Store protocol:
-        a PostgreSQL speed-up that ``Operations.enqueue`` uses when a store offers it.)"""
-        if not isinstance(delay, timedelta) or delay < timedelta(0):
-            raise ConfigError(f"invalid delay {delay!r}: expected a timedelta >= 0")
+        separate round trip to read the database's clock (the capability
+        ``inserts_at_now``)."""
         params = codec.insert_params(item)
         del params["plan_time"], params["due_at"]
         params.update(delay=delay, now=self._at(None), channel=self.target.channel)
@@ -214,8 +218,6 @@ class PostgresStore:
         return codec.occurrence(row)
 
     async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
-        if not items:
-            return 0
         params: dict[str, Any] = codec.items_params(items)
         params.update(now=self._at(None), channel=self.target.channel)
         row = await self._row(self._sql.insert_many, params)
@@ -228,29 +230,21 @@ class PostgresStore:
         last = codec.utc(row[0]) if row[0] is not None else None
         return PlanCursor(job, scope, last, int(row[1]))
 
-    async def plan_advance(
-        self,
-        job: str,
-        scope: str,
-        expected_last: datetime | None,
-        new_last: datetime,
-        added_count: int,
-        items: Sequence[NewOccurrence],
-    ) -> bool:
+    async def plan_advance(self, advance: PlanAdvance) -> bool:
         params: dict[str, Any] = {
-            **codec.items_params(items),
-            "job": job,
-            "scope": scope,
-            "new_last": aware_utc(new_last, "new_last"),
-            "added": added_count,
+            **codec.items_params(advance.items),
+            "job": advance.job,
+            "scope": advance.scope,
+            "new_last": advance.new_last,
+            "added": advance.added_count,
             "now": self._at(None),
             "channel": self.target.channel,
         }
-        if expected_last is None:
+        if advance.expected_last is None:
             query = self._sql.plan_first
         else:
             query = self._sql.plan_next
-            params["expected"] = aware_utc(expected_last, "expected_last")
+            params["expected"] = advance.expected_last
         row = await self._row(query, params)
         return bool(row is not None and row[0])
 
@@ -262,11 +256,9 @@ class PostgresStore:
         lease_ttl: timedelta,
         now: datetime | None = None,
     ) -> list[Occurrence]:
-        if limit <= 0 or not tasks:
-            return []
         params = {
             "now": self._at(now),
-            "tasks": sorted(set(tasks)),
+            "tasks": list(tasks),
             "limit": limit,
             "instance": instance_id,
             "ttl": lease_ttl,
@@ -280,8 +272,6 @@ class PostgresStore:
         lease_ttl: timedelta,
         now: datetime | None = None,
     ) -> set[str]:
-        if not claims:
-            return set()
         params = {
             "now": self._at(now),
             "ids": [claim.id for claim in claims],
@@ -294,8 +284,6 @@ class PostgresStore:
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
     ) -> set[str]:
-        if not outcomes:
-            return set()
         params: dict[str, Any] = codec.complete_params(outcomes)
         params.update(now=self._at(now), instance=instance_id, channel=self.target.channel)
         row = await self._row(self._sql.complete, params)
@@ -304,8 +292,6 @@ class PostgresStore:
     async def lease_release(
         self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
     ) -> set[str]:
-        if not claims:
-            return set()
         params = {
             "now": self._at(now),
             "ids": [claim.id for claim in claims],
@@ -323,9 +309,7 @@ class PostgresStore:
     async def occurrence_next_due(
         self, tasks: Collection[str], now: datetime | None = None
     ) -> datetime | None:
-        if not tasks:
-            return None
-        rows = await self._walk(self._sql.next_due, {"tasks": sorted(set(tasks))})
+        rows = await self._walk(self._sql.next_due, {"tasks": list(tasks)})
         return codec.utc(rows[0][0]) if rows else None
 
     async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
@@ -339,9 +323,7 @@ class PostgresStore:
         state: State | None = None,
         limit: int = 100,
     ) -> list[Occurrence]:
-        if limit <= 0:
-            return []
-        state_value = State(state).value if state is not None else None
+        state_value = state.value if state is not None else None
         params = {"job": job, "state": state_value, "limit": limit}
         query = self._sql.list[(job is not None, state is not None)]
         return [codec.occurrence(row) for row in await self._rows(query, params)]
@@ -357,8 +339,6 @@ class PostgresStore:
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:
-        if not records:
-            return
         params: dict[str, Any] = {**codec.jobs_params(records), "now": self._at(None)}
         await self._rows(self._sql.job_upsert, params)
 
@@ -396,7 +376,7 @@ class PostgresStore:
     async def leader_attempt_elect(
         self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
     ) -> LeaderLease | None:
-        params = {"name": name, "instance": instance_id, "ttl": positive_ttl(ttl)}
+        params = {"name": name, "instance": instance_id, "ttl": ttl}
         row = await self._row(self._coord.leader_elect, {**params, "now": self._at(now)})
         return codec.leader_lease(row) if row is not None else None
 
@@ -408,7 +388,7 @@ class PostgresStore:
         ttl: timedelta,
         now: datetime | None = None,
     ) -> LeaderLease | None:
-        params = {"name": name, "instance": instance_id, "epoch": epoch, "ttl": positive_ttl(ttl)}
+        params = {"name": name, "instance": instance_id, "epoch": epoch, "ttl": ttl}
         row = await self._row(self._coord.leader_renew, {**params, "now": self._at(now)})
         return codec.leader_lease(row) if row is not None else None
 
@@ -427,7 +407,7 @@ class PostgresStore:
         self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
     ) -> None:
         params = codec.instance_params(info)
-        params.update(ttl=positive_ttl(ttl), now=self._at(now))
+        params.update(ttl=ttl, now=self._at(now))
         await self._rows(self._coord.instance_heartbeat, params)
 
     async def instance_list(self, now: datetime | None = None) -> list[InstanceInfo]:

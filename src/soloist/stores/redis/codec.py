@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from soloist.clock import UTC
-from soloist.errors import ConfigError
 from soloist.models import (
     DEFAULT_MAX_CRASHES,
     Attempt,
@@ -25,13 +24,12 @@ from soloist.models import (
     State,
 )
 from soloist.payload import validate_payload
-from soloist.stores._values import aware_utc, new_ids, object_json, result_json
+from soloist.stores._values import new_ids, object_json, result_json
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 #: Added to plan times in sort keys so that every datetime gives a non-negative number.
 _PLAN_OFFSET = -((datetime(1, 1, 1, tzinfo=UTC) - EPOCH) // _US)
-_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
 
 #: The fields of an occurrence row as the scripts return them (``FIELDS`` in lib.lua).
 FIELDS = [
@@ -47,9 +45,9 @@ def to_us(moment: datetime) -> int:
     return (moment - EPOCH) // _US
 
 
-def us_text(moment: datetime, what: str) -> str:
-    """An aware datetime as the text of its microseconds since the epoch."""
-    return str(to_us(aware_utc(moment, what)))
+def us_text(moment: datetime) -> str:
+    """An aware UTC datetime as the text of its microseconds since the epoch."""
+    return str(to_us(moment))
 
 
 def from_us(text: str | int) -> datetime:
@@ -70,7 +68,7 @@ def item_args(items: Sequence[NewOccurrence]) -> list[object]:
     a bad payload or a naive time raises before anything is sent."""
     args: list[object] = []
     for item, occ_id in zip(items, new_ids(len(items)), strict=True):
-        plan = to_us(aware_utc(item.plan_time, "plan_time"))
+        plan = to_us(item.plan_time)
         args += [
             occ_id,
             item.dedupe_key,
@@ -79,7 +77,7 @@ def item_args(items: Sequence[NewOccurrence]) -> list[object]:
             item.scope,
             str(plan),
             f"{plan + _PLAN_OFFSET:018d}",
-            us_text(item.due_at, "due_at"),
+            us_text(item.due_at),
             Kind(item.kind).value,
             int(item.max_attempts),
             Overlap(item.overlap).value,
@@ -90,18 +88,15 @@ def item_args(items: Sequence[NewOccurrence]) -> list[object]:
 
 
 def outcome_args(outcomes: Sequence[Outcome]) -> list[object]:
-    """The 7 script arguments of each outcome (see runner.lua), validated first."""
+    """The 7 script arguments of each outcome (see runner.lua); PayloadError if a result
+    does not encode."""
     args: list[object] = []
     for o in outcomes:
-        if o.state not in _OUTCOME_STATES:
-            raise ConfigError(
-                f"invalid outcome state {o.state!r} for {o.id}: expected succeeded, failed or dead"
-            )
-        retry = us_text(o.retry_at, "retry_at") if o.retry_at is not None else ""
+        retry = us_text(o.retry_at) if o.retry_at is not None else ""
         args += [
             o.id,
             str(o.fencing_token),
-            State(o.state).value,
+            o.state.value,
             retry,
             opt(o.error_code),
             opt(o.error_message),
@@ -171,7 +166,7 @@ def attempt(occurrence_id: str, text: str) -> Attempt:
 def job_args(record: JobRecord) -> list[str]:
     """The 8 script arguments of a job (see jobs.lua), validated first."""
     name = record.name
-    created = us_text(record.created_at, "created_at") if record.created_at else ""
+    created = us_text(record.created_at) if record.created_at else ""
     return [
         name,
         record.task,
@@ -211,7 +206,7 @@ def instance_args(info: InstanceInfo) -> list[str]:
         {"mode": info.mode, "hostname": info.hostname, "pid": info.pid, "metadata": metadata},
         allow_nan=False,
     )
-    return [info.instance_id, text, us_text(info.started_at, "started_at")]
+    return [info.instance_id, text, us_text(info.started_at)]
 
 
 def instance(fields: Row) -> InstanceInfo:

@@ -20,10 +20,11 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PlanAdvance,
     PlanCursor,
     State,
 )
-from soloist.stores._values import positive_ttl
+from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
 from soloist.stores.existing import schema_problem
 from soloist.stores.redis import codec
@@ -47,7 +48,11 @@ class RedisStore:
     ``clock``: by default (None) the Redis server's ``TIME`` is the store's clock, read
     inside each script. Give a clock only to move time by hand in tests; it then replaces
     the server's clock for methods called with ``now=None``. ``lease_ttl``: the lease TTL
-    the driver's timeouts derive from (see :mod:`soloist.stores.deadlines`)."""
+    the driver's timeouts derive from (see :mod:`soloist.stores.deadlines`).
+
+    A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
+
+    capabilities = Capabilities(notifies=True, checks_schema=True)
 
     def __init__(
         self,
@@ -60,7 +65,8 @@ class RedisStore:
         deadlines = Deadlines.from_ttl(lease_ttl)
         self.target = parse_url(url).bounded(deadlines)
         self.prefix = self.target.prefix
-        self._clock = clock
+        #: The clock that replaces the server's TIME (tests), or None.
+        self.clock = clock
         self._conns = Connections(self.target, deadlines=deadlines)
         hmax = self.target.history_max
         age = self.target.history_age
@@ -76,8 +82,8 @@ class RedisStore:
     def _at(self, now: datetime | None) -> str:
         """The instant for a script: the caller's, the given clock's, or '' (server TIME)."""
         if now is not None:
-            return codec.us_text(now, "now")
-        return str(codec.to_us(self._clock.now())) if self._clock is not None else ""
+            return codec.us_text(now)
+        return codec.us_text(self.clock.now()) if self.clock is not None else ""
 
     async def _run(self, name: str, now: str, args: Sequence[object]) -> Any:
         common = list(self._common)
@@ -171,11 +177,21 @@ class RedisStore:
         await self._conns.close_all()
 
     async def now(self) -> datetime:
-        if self._clock is not None:
-            return self._clock.now()
+        if self.clock is not None:
+            return self.clock.now()
         with self._conns.translated():
             seconds, micros = await self._client().time()
         return codec.from_us(int(seconds) * 1_000_000 + int(micros))
+
+    async def listen(self) -> None:
+        """Subscribe to wake-ups now (``work_wait`` does it on first use): wake-ups
+        published from then on are kept until the next ``work_wait``."""
+        try:
+            with self._conns.translated():
+                await self._conns.subscription()
+        except BaseException:
+            self._conns.drop_subscription()
+            raise
 
     async def work_wait(self, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds for a wake-up published on ``{prefix}:wake`` by a
@@ -215,8 +231,6 @@ class RedisStore:
         return codec.occurrence(row), bool(created)
 
     async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
-        if not items:
-            return 0
         args = codec.item_args(items)
         return int(await self._run("insert", self._at(None), ["many", *args]))
 
@@ -228,18 +242,12 @@ class RedisStore:
         last, _, count = str(text).partition("|")
         return PlanCursor(job, scope, codec.from_us(last), int(count))
 
-    async def plan_advance(
-        self,
-        job: str,
-        scope: str,
-        expected_last: datetime | None,
-        new_last: datetime,
-        added_count: int,
-        items: Sequence[NewOccurrence],
-    ) -> bool:
-        expected = codec.us_text(expected_last, "expected_last") if expected_last else ""
-        head = ["plan", job, scope, expected, codec.us_text(new_last, "new_last"), added_count]
-        args = codec.item_args(items)
+    async def plan_advance(self, advance: PlanAdvance) -> bool:
+        last = advance.expected_last
+        expected = codec.us_text(last) if last is not None else ""
+        new_last = codec.us_text(advance.new_last)
+        head = ["plan", advance.job, advance.scope, expected, new_last, advance.added_count]
+        args = codec.item_args(advance.items)
         return bool(await self._run("insert", self._at(None), [*head, *args]))
 
     async def occurrence_claim(
@@ -250,10 +258,7 @@ class RedisStore:
         lease_ttl: timedelta,
         now: datetime | None = None,
     ) -> list[Occurrence]:
-        if limit <= 0 or not tasks:
-            return []
-        ttl = positive_ttl(lease_ttl, "lease_ttl") // _US
-        args = [instance_id, limit, ttl, *sorted(set(tasks))]
+        args = [instance_id, limit, lease_ttl // _US, *tasks]
         return codec.occurrences(await self._run("claim", self._at(now), args))
 
     async def _runner(
@@ -268,24 +273,18 @@ class RedisStore:
         lease_ttl: timedelta,
         now: datetime | None = None,
     ) -> set[str]:
-        if not claims:
-            return set()
-        ttl = positive_ttl(lease_ttl, "lease_ttl") // _US
+        ttl = lease_ttl // _US
         return await self._runner("renew", instance_id, now, [ttl, *_pairs(claims)])
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
     ) -> set[str]:
-        if not outcomes:
-            return set()
         args = codec.outcome_args(outcomes)
         return await self._runner("complete", instance_id, now, args)
 
     async def lease_release(
         self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
     ) -> set[str]:
-        if not claims:
-            return set()
         return await self._runner("release", instance_id, now, _pairs(claims))
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
@@ -294,9 +293,7 @@ class RedisStore:
     async def occurrence_next_due(
         self, tasks: Collection[str], now: datetime | None = None
     ) -> datetime | None:
-        if not tasks:
-            return None
-        due = await self._run("read", self._at(now), ["next_due", *sorted(set(tasks))])
+        due = await self._run("read", self._at(now), ["next_due", *tasks])
         return codec.from_us(due) if due is not None else None
 
     async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
@@ -312,9 +309,7 @@ class RedisStore:
         state: State | None = None,
         limit: int = 100,
     ) -> list[Occurrence]:
-        if limit <= 0:
-            return []
-        state_value = State(state).value if state is not None else ""
+        state_value = state.value if state is not None else ""
         args = ["list", job if job is not None else "", state_value, limit]
         return codec.occurrences(await self._run("read", self._at(None), args))
 
@@ -334,8 +329,6 @@ class RedisStore:
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:
-        if not records:
-            return
         args = [arg for record in records for arg in codec.job_args(record)]
         await self._run("jobs", self._at(None), ["upsert", *args])
 
@@ -370,7 +363,7 @@ class RedisStore:
         epoch: int = 0,
         ttl: timedelta | None = None,
     ) -> Any:
-        ttl_us = positive_ttl(ttl) // _US if ttl is not None else 0
+        ttl_us = ttl // _US if ttl is not None else 0
         args = [op, name, instance, epoch, ttl_us, self.identity or ""]
         row = await self._run("leader", self._at(now), args)
         if isinstance(row, str):  # elect and renew: the identity found instead of ours
@@ -380,7 +373,7 @@ class RedisStore:
     async def leader_attempt_elect(
         self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
     ) -> LeaderLease | None:
-        row = await self._leader("elect", name, now, instance_id, ttl=positive_ttl(ttl))
+        row = await self._leader("elect", name, now, instance_id, ttl=ttl)
         return codec.leader_lease(name, row) if row else None
 
     async def leader_renew(
@@ -391,7 +384,7 @@ class RedisStore:
         ttl: timedelta,
         now: datetime | None = None,
     ) -> LeaderLease | None:
-        row = await self._leader("renew", name, now, instance_id, epoch, positive_ttl(ttl))
+        row = await self._leader("renew", name, now, instance_id, epoch, ttl)
         return codec.leader_lease(name, row) if row else None
 
     async def leader_resign(
@@ -407,7 +400,7 @@ class RedisStore:
     async def instance_heartbeat(
         self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
     ) -> None:
-        ttl_us = positive_ttl(ttl) // _US
+        ttl_us = ttl // _US
         args = ["beat", *codec.instance_args(info), ttl_us, self.identity or ""]
         reply = await self._run("instances", self._at(now), args)
         if isinstance(reply, str):  # the identity found instead of ours

@@ -22,12 +22,7 @@ from soloist.models import (
     Overlap,
     State,
 )
-from soloist.stores._values import aware_utc, object_json, payload_json
-
-
-def us(moment: datetime, what: str) -> int:
-    """``moment`` as epoch microseconds; naive datetimes are a caller bug, named here."""
-    return to_epoch_us(aware_utc(moment, what))
+from soloist.stores._values import object_json, payload_json
 
 
 def opt_time(value: int | None) -> datetime | None:
@@ -48,8 +43,8 @@ def insert_params(occurrence_id: str, item: NewOccurrence) -> tuple[object, ...]
         item.job,
         item.task,
         item.scope,
-        us(item.plan_time, "plan_time"),
-        us(item.due_at, "due_at"),
+        to_epoch_us(item.plan_time),
+        to_epoch_us(item.due_at),
         Kind(item.kind).value,
         State.SCHEDULED.value,
         item.max_attempts,
@@ -123,7 +118,7 @@ def job_params(record: JobRecord) -> tuple[object, ...]:
         int(record.paused),
         dump_object(record.payload, f"payload {what}"),
         dump_object(record.metadata, f"metadata {what}"),
-        us(record.created_at, "created_at") if record.created_at is not None else None,
+        to_epoch_us(record.created_at) if record.created_at is not None else None,
     )
 
 
@@ -157,7 +152,7 @@ def instance_params(info: InstanceInfo) -> tuple[object, ...]:
         info.mode,
         info.hostname,
         int(info.pid),
-        us(info.started_at, "started_at"),
+        to_epoch_us(info.started_at),
         dump_object(info.metadata, f"metadata of instance {info.instance_id!r}"),
     )
 

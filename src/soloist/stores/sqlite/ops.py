@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from soloist.clock import to_epoch_us
 from soloist.models import (
     CLAIMABLE_STATES,
     CRASHED,
@@ -391,7 +392,7 @@ def _reaped_attempt(occ: Occurrence, at: int) -> tuple[object, ...]:
         occ.fencing_token,
         occ.attempt if dead else occ.attempt + 1,
         occ.instance_id,
-        codec.us(occ.started_at, "started_at") if occ.started_at is not None else None,
+        to_epoch_us(occ.started_at) if occ.started_at is not None else None,
         at,
         State.DEAD.value if dead else CRASHED,
         occ.error_code,

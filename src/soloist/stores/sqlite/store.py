@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from soloist.clock import Clock, SystemClock, from_epoch_us
+from soloist.clock import Clock, SystemClock, from_epoch_us, to_epoch_us
 from soloist.errors import ConfigError, DuplicateJobError, StoreError, StoreUnavailableError
 from soloist.models import (
     Attempt,
@@ -23,10 +23,12 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PlanAdvance,
     PlanCursor,
     State,
 )
-from soloist.stores._values import new_ids, positive_ttl, result_json
+from soloist.stores._values import new_ids, result_json
+from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
 from soloist.stores.sqlite import codec, coordination, existing, migrations, ops
 
@@ -37,7 +39,6 @@ T = TypeVar("T")
 #: How long a writer waits for another process's write lock before failing, at most (a
 #: store opened with a lease TTL waits half of it: see soloist.stores.deadlines).
 BUSY_TIMEOUT_S = 10.0
-_OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
 
 
 def sqlite_path(url: str) -> str:
@@ -66,7 +67,11 @@ class SQLiteStore:
     The connection opens lazily on the worker thread at the first call (usually
     :meth:`migrate`). Cancelling a call does not stop its transaction: it commits or rolls
     back on the worker thread as it would have, and only the result is dropped (a claim
-    lost this way is reaped when its lease expires)."""
+    lost this way is reaped when its lease expires).
+
+    A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
+
+    capabilities = Capabilities(checks_schema=True, reach="host")
 
     def __init__(
         self,
@@ -78,6 +83,8 @@ class SQLiteStore:
         self.url = url
         self.path = sqlite_path(url)
         self.busy_timeout = min(BUSY_TIMEOUT_S, Deadlines.from_ttl(lease_ttl).busy)
+        #: The clock that replaces the system clock (tests), or None.
+        self.clock = clock
         self._clock: Clock = clock or SystemClock()
         # One thread owns the connection: sqlite3 objects must stay on the thread that made
         # them, and the store must work from whichever event loop calls it.
@@ -168,17 +175,17 @@ class SQLiteStore:
         return self._clock.now()
 
     def _now_us(self, now: datetime | None) -> int:
-        return codec.us(now if now is not None else self._clock.now(), "now")
+        return to_epoch_us(now if now is not None else self._clock.now())
 
     def _at(self, now: datetime | None) -> ops.Now:
         """The instant of a write, read by the transaction once ``BEGIN IMMEDIATE`` holds
-        the write lock: ``now`` if given (checked here, before anything is sent), else the
+        the write lock: ``now`` if given (checked by the core), else the
         store's clock at that moment, not before the wait for another process's lock."""
         if now is not None:
-            fixed = codec.us(now, "now")
+            fixed = to_epoch_us(now)
             return lambda: fixed
         clock = self._clock
-        return lambda: codec.us(clock.now(), "now")
+        return lambda: to_epoch_us(clock.now())
 
     # -- occurrences ------------------------------------------------------------------------
     def _new_row(self, item: NewOccurrence) -> tuple[object, ...]:
@@ -189,8 +196,6 @@ class SQLiteStore:
         return await self._run(lambda c: ops.occurrence_insert(c, params, item.dedupe_key, at))
 
     async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
-        if not items:
-            return 0
         ids = new_ids(len(items))
         rows = [codec.insert_params(i, item) for i, item in zip(ids, items, strict=True)]
         at = self._at(None)
@@ -204,22 +209,13 @@ class SQLiteStore:
     async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
         return await self._run(lambda c: ops.plan_cursor_get(c, job, scope))
 
-    async def plan_advance(
-        self,
-        job: str,
-        scope: str,
-        expected_last: datetime | None,
-        new_last: datetime,
-        added_count: int,
-        items: Sequence[NewOccurrence],
-    ) -> bool:
-        expected = codec.us(expected_last, "expected_last") if expected_last is not None else None
-        last = codec.us(new_last, "new_last")
-        rows = [self._new_row(item) for item in items]
-        at = self._at(None)
-        return await self._run(
-            lambda c: ops.plan_advance(c, job, scope, expected, last, added_count, rows, at)
-        )
+    async def plan_advance(self, advance: PlanAdvance) -> bool:
+        last = advance.expected_last
+        expected = to_epoch_us(last) if last is not None else None
+        rows = [self._new_row(item) for item in advance.items]
+        step = (advance.job, advance.scope, expected, to_epoch_us(advance.new_last))
+        count, at = advance.added_count, self._at(None)
+        return await self._run(lambda c: ops.plan_advance(c, *step, count, rows, at))
 
     async def occurrence_claim(
         self,
@@ -229,11 +225,7 @@ class SQLiteStore:
         lease_ttl: timedelta,
         now: datetime | None = None,
     ) -> list[Occurrence]:
-        if limit <= 0 or not tasks:
-            return []
-        at = self._at(now)
-        ttl = lease_ttl // timedelta(microseconds=1)
-        names = sorted(set(tasks))
+        at, ttl, names = self._at(now), _us(lease_ttl), list(tasks)
         return await self._run(
             lambda c: ops.occurrence_claim(c, instance_id, names, limit, ttl, at)
         )
@@ -245,30 +237,21 @@ class SQLiteStore:
         lease_ttl: timedelta,
         now: datetime | None = None,
     ) -> set[str]:
-        if not claims:
-            return set()
-        ttl, at = lease_ttl // timedelta(microseconds=1), self._at(now)
+        ttl, at = _us(lease_ttl), self._at(now)
         pairs = [(claim.id, claim.fencing_token) for claim in claims]
         return await self._run(lambda c: ops.lease_renew(c, instance_id, pairs, ttl, at))
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
     ) -> set[str]:
-        if not outcomes:
-            return set()
         at = self._at(now)
         rows: list[tuple[object, ...]] = []
         for outcome in outcomes:
-            if outcome.state not in _OUTCOME_STATES:
-                raise ConfigError(
-                    f"invalid outcome state {outcome.state!r} for {outcome.id}: "
-                    "expected succeeded, failed or dead"
-                )
             retry_at = outcome.retry_at
             rows.append(
                 (
-                    State(outcome.state).value,
-                    codec.us(retry_at, "retry_at") if retry_at is not None else None,
+                    outcome.state.value,
+                    to_epoch_us(retry_at) if retry_at is not None else None,
                     outcome.error_code,
                     outcome.error_message,
                     result_json(outcome.result),
@@ -282,8 +265,6 @@ class SQLiteStore:
     async def lease_release(
         self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
     ) -> set[str]:
-        if not claims:
-            return set()
         pairs = [(claim.id, claim.fencing_token) for claim in claims]
         at = self._at(now)
         return await self._run(lambda c: ops.lease_release(c, instance_id, pairs, at))
@@ -295,9 +276,7 @@ class SQLiteStore:
     async def occurrence_next_due(
         self, tasks: Collection[str], now: datetime | None = None
     ) -> datetime | None:
-        if not tasks:
-            return None
-        names = sorted(set(tasks))
+        names = list(tasks)
         due = await self._run(lambda c: ops.occurrence_next_due(c, names))
         return from_epoch_us(due) if due is not None else None
 
@@ -314,9 +293,7 @@ class SQLiteStore:
         state: State | None = None,
         limit: int = 100,
     ) -> list[Occurrence]:
-        if limit <= 0:
-            return []
-        state_value = State(state).value if state is not None else None
+        state_value = state.value if state is not None else None
         return await self._run(lambda c: ops.occurrence_list(c, job, state_value, limit))
 
     async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
@@ -327,8 +304,6 @@ class SQLiteStore:
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:
-        if not records:
-            return
         rows, at = [codec.job_params(record) for record in records], self._at(None)
         await self._run(lambda c: ops.job_upsert(c, rows, at))
 
@@ -400,5 +375,5 @@ class SQLiteStore:
 
 
 def _us(ttl: timedelta) -> int:
-    """A positive time to live in microseconds."""
-    return positive_ttl(ttl) // timedelta(microseconds=1)
+    """A time to live in microseconds."""
+    return ttl // timedelta(microseconds=1)

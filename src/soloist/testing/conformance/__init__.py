@@ -35,6 +35,7 @@ from soloist.testing.conformance.base import (
     claim,
     new_occurrence,
 )
+from soloist.testing.conformance.checks import CheckConformance
 from soloist.testing.conformance.claims import ClaimConformance, work_wait
 from soloist.testing.conformance.counts import CountConformance
 from soloist.testing.conformance.election import ElectionConformance
@@ -65,6 +66,7 @@ class StoreConformance(
     JobConformance,
     ElectionConformance,
     InstanceConformance,
+    CheckConformance,
     ConformanceBase,
 ):
     """Every conformance test. Subclass as ``Test<Name>Store`` and define ``make_store``."""

@@ -11,6 +11,7 @@ import pytest
 from soloist.clock import Clock
 from soloist.models import DEFAULT_MAX_CRASHES, Kind, NewOccurrence, Occurrence, Overlap
 from soloist.stores.base import Store
+from soloist.stores.core import checked
 from soloist.testing.clock import FakeClock
 
 #: Makes a handle on the test's backing store, reading time from the given clock.
@@ -84,7 +85,8 @@ class ConformanceBase:
 
     @pytest.fixture
     async def store(self, make_store: StoreFactory, clock: FakeClock) -> AsyncIterator[Store]:
-        store = make_store(clock)
+        """The store under test, behind the core's checks as soloist always uses it."""
+        store = checked(make_store(clock))
         await store.migrate()
         try:
             yield store
@@ -96,7 +98,7 @@ class ConformanceBase:
         self, make_store: StoreFactory, clock: FakeClock, store: Store
     ) -> AsyncIterator[Store]:
         """A second handle on the same backing store (another instance, another process)."""
-        other = make_store(clock)
+        other = checked(make_store(clock))
         await other.migrate()
         try:
             yield other

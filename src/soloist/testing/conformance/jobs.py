@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from soloist.errors import DuplicateJobError, PayloadError
-from soloist.models import JobRecord, PlanCursor
+from soloist.models import JobRecord, PlanAdvance, PlanCursor
 from soloist.stores.base import Store
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance.base import T0, at, insert, new_occurrence
@@ -90,9 +90,9 @@ class JobConformance:
         """job_delete drops the job and its cursors; its occurrences remain as history."""
         await store.job_add(_job("report-42", dynamic=True))
         await store.job_add(_job("other", dynamic=True))
-        await store.plan_advance("report-42", "", None, at(60), 1, [])
-        await store.plan_advance("report-42", "tenant", None, at(60), 1, [])
-        await store.plan_advance("other", "", None, at(60), 1, [])
+        await store.plan_advance(PlanAdvance("report-42", "", None, at(60), 1, []))
+        await store.plan_advance(PlanAdvance("report-42", "tenant", None, at(60), 1, []))
+        await store.plan_advance(PlanAdvance("other", "", None, at(60), 1, []))
         await insert(store, new_occurrence("r:1", job="report-42"))
         assert await store.job_delete("report-42") is True
         assert await store.job_get("report-42") is None

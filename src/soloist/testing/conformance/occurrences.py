@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from soloist.errors import PayloadError
-from soloist.models import DEFAULT_MAX_CRASHES, Kind, Outcome, Overlap, PlanCursor, State
+from soloist.models import (
+    DEFAULT_MAX_CRASHES,
+    Kind,
+    Outcome,
+    Overlap,
+    PlanAdvance,
+    PlanCursor,
+    State,
+)
 from soloist.stores.base import Store
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance.base import T0, at, claim, insert, new_occurrence
@@ -199,7 +207,7 @@ class OccurrenceConformance:
         shared = [new_occurrence(f"shared{n}", max_crashes=9) for n in range(3)]
         assert await store.occurrence_insert_many(shared) == 3
         planned = [new_occurrence(f"plan{n}", due_at=at(n), max_crashes=n) for n in (2, 4)]
-        assert await store.plan_advance("job", "", None, at(4), 2, planned)
+        assert await store.plan_advance(PlanAdvance("job", "", None, at(4), 2, planned))
         await store.occurrence_insert(new_occurrence("default"))
         stored = {o.dedupe_key: o for o in await store.occurrence_list()}
         expected = {"one": 0, "mixed5": 5, "mixed1": 1, "mixed0": 0, "plan2": 2, "plan4": 4}
@@ -320,7 +328,7 @@ class OccurrenceConformance:
     async def test_first_plan_advance_creates_cursor_and_rows(self, store: Store) -> None:
         """plan_advance with expected None creates the cursor and inserts the items."""
         items = [new_occurrence(f"job::{n}", due_at=at(n)) for n in (60, 120)]
-        assert await store.plan_advance("job", "", None, at(120), 2, items)
+        assert await store.plan_advance(PlanAdvance("job", "", None, at(120), 2, items))
         assert await store.plan_cursor_get("job", "") == PlanCursor("job", "", at(120), 2)
         assert {o.dedupe_key for o in await store.occurrence_list()} == {"job::60", "job::120"}
 
@@ -328,8 +336,12 @@ class OccurrenceConformance:
         self, store: Store
     ) -> None:
         """Once a cursor exists, expected None loses the compare-and-set; nothing inserted."""
-        assert await store.plan_advance("job", "", None, at(60), 1, [new_occurrence("a")])
-        assert not await store.plan_advance("job", "", None, at(120), 1, [new_occurrence("b")])
+        assert await store.plan_advance(
+            PlanAdvance("job", "", None, at(60), 1, [new_occurrence("a")])
+        )
+        assert not await store.plan_advance(
+            PlanAdvance("job", "", None, at(120), 1, [new_occurrence("b")])
+        )
         assert await store.plan_cursor_get("job", "") == PlanCursor("job", "", at(60), 1)
         assert [o.dedupe_key for o in await store.occurrence_list()] == ["a"]
 
@@ -337,17 +349,25 @@ class OccurrenceConformance:
         self, store: Store
     ) -> None:
         """Advancing from the current last_plan_time applies and adds to planned_count."""
-        assert await store.plan_advance("job", "", None, at(60), 1, [new_occurrence("a")])
-        assert await store.plan_advance("job", "", at(60), at(180), 2, [new_occurrence("b")])
-        assert await store.plan_advance("job", "", at(180), at(240), 0, [])
+        assert await store.plan_advance(
+            PlanAdvance("job", "", None, at(60), 1, [new_occurrence("a")])
+        )
+        assert await store.plan_advance(
+            PlanAdvance("job", "", at(60), at(180), 2, [new_occurrence("b")])
+        )
+        assert await store.plan_advance(PlanAdvance("job", "", at(180), at(240), 0, []))
         assert await store.plan_cursor_get("job", "") == PlanCursor("job", "", at(240), 3)
 
     async def test_plan_advance_with_a_stale_expected_fails(self, store: Store) -> None:
         """A planner that read an old cursor changes nothing."""
-        assert await store.plan_advance("job", "", None, at(60), 1, [])
-        assert await store.plan_advance("job", "", at(60), at(120), 1, [])
-        assert not await store.plan_advance("job", "", at(60), at(180), 1, [new_occurrence("x")])
-        assert not await store.plan_advance("new", "", at(60), at(180), 1, [new_occurrence("y")])
+        assert await store.plan_advance(PlanAdvance("job", "", None, at(60), 1, []))
+        assert await store.plan_advance(PlanAdvance("job", "", at(60), at(120), 1, []))
+        assert not await store.plan_advance(
+            PlanAdvance("job", "", at(60), at(180), 1, [new_occurrence("x")])
+        )
+        assert not await store.plan_advance(
+            PlanAdvance("new", "", at(60), at(180), 1, [new_occurrence("y")])
+        )
         assert await store.plan_cursor_get("job", "") == PlanCursor("job", "", at(120), 2)
         assert await store.plan_cursor_get("new", "") is None
         assert await store.occurrence_list() == []
@@ -356,15 +376,15 @@ class OccurrenceConformance:
         """Items whose key exists are skipped; the existing row is unchanged."""
         (existing,) = await insert(store, new_occurrence("dup", payload={"v": 1}))
         items = [new_occurrence("dup", payload={"v": 2}), new_occurrence("fresh")]
-        assert await store.plan_advance("job", "", None, at(60), 2, items)
+        assert await store.plan_advance(PlanAdvance("job", "", None, at(60), 2, items))
         assert await store.occurrence_get(existing.id) == existing
         assert sorted(o.dedupe_key for o in await store.occurrence_list()) == ["dup", "fresh"]
 
     async def test_cursors_are_per_job_and_scope(self, store: Store) -> None:
         """Each (job, scope) stream has its own cursor."""
-        assert await store.plan_advance("job", "a", None, at(60), 1, [])
-        assert await store.plan_advance("job", "b", None, at(30), 1, [])
-        assert await store.plan_advance("other", "a", None, at(10), 1, [])
+        assert await store.plan_advance(PlanAdvance("job", "a", None, at(60), 1, []))
+        assert await store.plan_advance(PlanAdvance("job", "b", None, at(30), 1, []))
+        assert await store.plan_advance(PlanAdvance("other", "a", None, at(10), 1, []))
         assert await store.plan_cursor_get("job", "a") == PlanCursor("job", "a", at(60), 1)
         assert await store.plan_cursor_get("job", "b") == PlanCursor("job", "b", at(30), 1)
         assert await store.plan_cursor_get("other", "a") == PlanCursor("other", "a", at(10), 1)
@@ -374,7 +394,7 @@ class OccurrenceConformance:
         results = await asyncio.gather(
             *(
                 (store, store2)[n % 2].plan_advance(
-                    "job", "", None, at(60), 1, [new_occurrence(f"k{n}")]
+                    PlanAdvance("job", "", None, at(60), 1, [new_occurrence(f"k{n}")])
                 )
                 for n in range(8)
             )

@@ -1,0 +1,110 @@
+"""What a store can do beyond the :class:`~soloist.stores.base.Store` protocol, declared in
+one place.
+
+A store declares its extras with a class attribute ``capabilities``. The core
+(:class:`~soloist.stores.core.CheckedStore`) offers every extra on every store: it calls
+the store's own method when the store declares it, and otherwise falls back to what the
+protocol allows (one more round trip, or nothing to do). A store that declares nothing
+is a plain store: it works, polls, and reads the clock before inserting at now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal, Protocol, runtime_checkable
+
+from soloist.errors import ConfigError
+from soloist.models import NewOccurrence, Occurrence
+
+__all__ = [
+    "PLAIN",
+    "Capabilities",
+    "ChecksSchema",
+    "InsertsAtNow",
+    "Listens",
+    "Reach",
+    "capabilities_of",
+]
+
+#: Who may share one store: one process (memory), the processes of one host (a SQLite
+#: file), or instances anywhere on the network (PostgreSQL, Redis).
+Reach = Literal["process", "host", "network"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The extras a store offers (each one names the method it then must have).
+
+    * ``notifies``: :meth:`~soloist.stores.base.Store.work_wait` returns as soon as another
+      instance makes work claimable, so idle instances do not poll; the store also has
+      ``listen()`` (:class:`Listens`), which starts listening before the first wait.
+    * ``inserts_at_now``: ``occurrence_insert_now(item, delay)`` (:class:`InsertsAtNow`)
+      inserts an occurrence due at the store's own now plus ``delay`` in one round trip.
+    * ``checks_schema``: ``schema_check()`` (:class:`ChecksSchema`) says, reading only,
+      whether the store holds soloist's newest schema (read-only CLI commands need it).
+    * ``reach``: who may share the store (see :data:`Reach`).
+    """
+
+    notifies: bool = False
+    inserts_at_now: bool = False
+    checks_schema: bool = False
+    reach: Reach = "network"
+
+
+#: A store that declares nothing.
+PLAIN = Capabilities()
+
+
+@runtime_checkable
+class Listens(Protocol):
+    async def listen(self) -> None:
+        """Start listening for wake-ups now (``work_wait`` does it on first use); wake-ups
+        sent from then on are kept until the next ``work_wait``."""
+        ...
+
+
+@runtime_checkable
+class InsertsAtNow(Protocol):
+    async def occurrence_insert_now(
+        self, item: NewOccurrence, delay: timedelta
+    ) -> tuple[Occurrence, bool]:
+        """:meth:`~soloist.stores.base.Store.occurrence_insert` with plan_time and due_at
+        set to the store's now plus ``delay`` (those of ``item`` are ignored), in one
+        round trip."""
+        ...
+
+
+@runtime_checkable
+class ChecksSchema(Protocol):
+    async def schema_check(self) -> None:
+        """Raise StoreUnavailableError unless this store holds soloist's newest schema
+        (StoreError if it is newer than this code). Reads only: creates nothing."""
+        ...
+
+
+_NEEDS: dict[str, tuple[type, str]] = {
+    "notifies": (Listens, "listen"),
+    "inserts_at_now": (InsertsAtNow, "occurrence_insert_now"),
+    "checks_schema": (ChecksSchema, "schema_check"),
+}
+
+
+def capabilities_of(store: object) -> Capabilities:
+    """What ``store`` declares (nothing, if it has no ``capabilities``); ConfigError if it
+    declares an extra without the method that goes with it."""
+    declared = getattr(store, "capabilities", PLAIN)
+    if not isinstance(declared, Capabilities):
+        raise ConfigError(
+            f"invalid capabilities {declared!r} of store {store!r}: expected "
+            "soloist.stores.core.Capabilities"
+        )
+    for name, (protocol, method) in _NEEDS.items():
+        if getattr(declared, name) and not isinstance(store, protocol):
+            raise ConfigError(f"store {store!r} declares {name} but has no {method}() method")
+    if declared.reach not in ("process", "host", "network"):
+        raise ConfigError(
+            f"invalid reach {declared.reach!r} of store {store!r}: expected 'process', "
+            "'host' or 'network'"
+        )
+    return declared

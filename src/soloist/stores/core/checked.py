@@ -1,0 +1,297 @@
+"""The checked core over a store's driver: one wrapper applies the rules that are not
+dialect-specific to every store, including one given to ``Scheduler(store=...)``.
+
+What lives here, once, for every store:
+
+* argument checks: aware datetimes (converted to UTC), positive lease and election TTLs,
+  integer limits, outcome states, state filters, task collections, delays;
+* resolving ``now``: a time given by the caller is checked; ``None`` becomes the
+  store's test clock when it has one (its ``clock`` attribute), else stays ``None``, which
+  the driver reads as "the store's own clock" (the database server's, inside the
+  statement, for server stores);
+* empty input: no items, claims, outcomes, records or tasks, or a limit of zero or less,
+  answer at once without a round trip;
+* the extras of :mod:`~soloist.stores.core.capabilities`, with a fallback for stores that
+  lack them.
+
+A driver (the store classes in ``soloist.stores.<name>``) may therefore assume checked
+input and only translate it: SQL, Lua or dicts, and its errors to
+:class:`~soloist.errors.StoreError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import cast
+
+from soloist.clock import Clock
+from soloist.errors import ConfigError
+from soloist.models import (
+    Attempt,
+    Claimed,
+    InstanceInfo,
+    JobRecord,
+    LeaderLease,
+    NewOccurrence,
+    Occurrence,
+    OccurrenceCounts,
+    Outcome,
+    PlanAdvance,
+    PlanCursor,
+    State,
+)
+from soloist.stores.base import Store
+from soloist.stores.core.capabilities import (
+    Capabilities,
+    ChecksSchema,
+    InsertsAtNow,
+    Listens,
+    capabilities_of,
+)
+from soloist.stores.core.checks import (
+    aware_utc,
+    check_delay,
+    check_info,
+    check_item,
+    check_items,
+    check_job,
+    check_limit,
+    check_outcomes,
+    check_state,
+    check_tasks,
+    positive_ttl,
+)
+
+__all__ = ["CheckedStore", "checked"]
+
+
+def checked(store: Store) -> CheckedStore:
+    """``store`` behind the core's checks (itself if it already is)."""
+    if isinstance(store, CheckedStore):
+        return store
+    if not isinstance(store, Store):
+        raise ConfigError(f"invalid store {store!r}: expected a soloist.stores.base.Store")
+    return CheckedStore(store)
+
+
+class CheckedStore:
+    """A :class:`~soloist.stores.base.Store` that checks every call, then hands it to
+    ``driver`` (see the module docstring). ``driver``: the store it wraps; its
+    ``capabilities`` say which extras it offers itself."""
+
+    def __init__(self, driver: Store) -> None:
+        self.driver = driver
+        self.url = driver.url
+        self.capabilities: Capabilities = capabilities_of(driver)
+
+    def __repr__(self) -> str:
+        return repr(self.driver)
+
+    @property
+    def clock(self) -> Clock | None:
+        """The clock that replaces the store's own (tests), or None."""
+        clock: Clock | None = getattr(self.driver, "clock", None)
+        return clock
+
+    def _at(self, now: datetime | None) -> datetime | None:
+        if now is not None:
+            return aware_utc(now, "now")
+        clock = self.clock
+        return clock.now() if clock is not None else None
+
+    # -- life cycle -------------------------------------------------------------------------
+    async def migrate(self) -> None:
+        await self.driver.migrate()
+
+    async def close(self) -> None:
+        await self.driver.close()
+
+    async def now(self) -> datetime:
+        clock = self.clock
+        return clock.now() if clock is not None else await self.driver.now()
+
+    async def schema_check(self) -> None:
+        """Raise unless the store holds soloist's newest schema, reading only; a store that
+        cannot tell (memory) has nothing to check."""
+        if self.capabilities.checks_schema:
+            await cast(ChecksSchema, self.driver).schema_check()
+
+    async def listen(self) -> None:
+        """Start listening for wake-ups now, on a store that notifies (else nothing)."""
+        if self.capabilities.notifies:
+            await cast(Listens, self.driver).listen()
+
+    # -- occurrences ------------------------------------------------------------------------
+    async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
+        return await self.driver.occurrence_insert(check_item(item))
+
+    async def occurrence_insert_now(
+        self, item: NewOccurrence, delay: timedelta = timedelta(0)
+    ) -> tuple[Occurrence, bool]:
+        """Insert ``item`` due at the store's now plus ``delay`` (its own plan_time and
+        due_at are ignored): in one round trip where the store inserts at its own now,
+        else after reading the store's clock."""
+        delay = check_delay(delay)
+        if self.capabilities.inserts_at_now:
+            return await cast(InsertsAtNow, self.driver).occurrence_insert_now(item, delay)
+        due = await self.now() + delay
+        return await self.driver.occurrence_insert(replace(item, plan_time=due, due_at=due))
+
+    async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
+        if not items:
+            return 0
+        return await self.driver.occurrence_insert_many(check_items(items))
+
+    async def work_wait(self, timeout: float) -> bool:
+        return await self.driver.work_wait(max(0.0, float(timeout)))
+
+    async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
+        return await self.driver.plan_cursor_get(job, scope)
+
+    async def plan_advance(self, advance: PlanAdvance) -> bool:
+        if not isinstance(advance.added_count, int) or advance.added_count < 0:
+            raise ConfigError(
+                f"invalid added_count {advance.added_count!r}: expected an integer >= 0"
+            )
+        expected = advance.expected_last
+        advance = replace(
+            advance,
+            expected_last=aware_utc(expected, "expected_last") if expected is not None else None,
+            new_last=aware_utc(advance.new_last, "new_last"),
+            items=check_items(advance.items),
+        )
+        return await self.driver.plan_advance(advance)
+
+    async def occurrence_claim(
+        self,
+        instance_id: str,
+        tasks: Collection[str],
+        limit: int,
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[Occurrence]:
+        names, ttl = check_tasks(tasks), positive_ttl(lease_ttl, "lease_ttl")
+        if check_limit(limit) <= 0 or not names:
+            return []
+        return await self.driver.occurrence_claim(instance_id, names, limit, ttl, self._at(now))
+
+    async def lease_renew(
+        self,
+        instance_id: str,
+        claims: Sequence[Claimed],
+        lease_ttl: timedelta,
+        now: datetime | None = None,
+    ) -> set[str]:
+        ttl = positive_ttl(lease_ttl, "lease_ttl")
+        if not claims:
+            return set()
+        return await self.driver.lease_renew(instance_id, claims, ttl, self._at(now))
+
+    async def occurrence_complete(
+        self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
+    ) -> set[str]:
+        if not outcomes:
+            return set()
+        checked_outcomes = check_outcomes(outcomes)
+        return await self.driver.occurrence_complete(instance_id, checked_outcomes, self._at(now))
+
+    async def lease_release(
+        self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
+    ) -> set[str]:
+        if not claims:
+            return set()
+        return await self.driver.lease_release(instance_id, claims, self._at(now))
+
+    async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
+        return await self.driver.occurrence_reap(self._at(now))
+
+    async def occurrence_next_due(
+        self, tasks: Collection[str], now: datetime | None = None
+    ) -> datetime | None:
+        names = check_tasks(tasks)
+        if not names:
+            return None
+        return await self.driver.occurrence_next_due(names, self._at(now))
+
+    async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
+        return await self.driver.occurrence_get(occurrence_id)
+
+    async def occurrence_list(
+        self,
+        *,
+        job: str | None = None,
+        state: State | None = None,
+        limit: int = 100,
+    ) -> list[Occurrence]:
+        wanted = check_state(state)
+        if check_limit(limit) <= 0:
+            return []
+        return await self.driver.occurrence_list(job=job, state=wanted, limit=limit)
+
+    async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
+        return await self.driver.occurrence_counts(self._at(now))
+
+    async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
+        return await self.driver.occurrence_attempts(occurrence_id)
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def job_upsert(self, records: Sequence[JobRecord]) -> None:
+        if not records:
+            return
+        await self.driver.job_upsert([check_job(record) for record in records])
+
+    async def job_add(self, record: JobRecord) -> None:
+        await self.driver.job_add(check_job(record))
+
+    async def job_get(self, name: str) -> JobRecord | None:
+        return await self.driver.job_get(name)
+
+    async def job_list(self) -> list[JobRecord]:
+        return await self.driver.job_list()
+
+    async def job_delete(self, name: str) -> bool:
+        return await self.driver.job_delete(name)
+
+    async def job_set_paused(self, name: str, paused: bool) -> bool:
+        return await self.driver.job_set_paused(name, bool(paused))
+
+    # -- leader election ----------------------------------------------------------------------
+    async def leader_attempt_elect(
+        self, name: str, instance_id: str, ttl: timedelta, now: datetime | None = None
+    ) -> LeaderLease | None:
+        ttl = positive_ttl(ttl)
+        return await self.driver.leader_attempt_elect(name, instance_id, ttl, self._at(now))
+
+    async def leader_renew(
+        self,
+        name: str,
+        instance_id: str,
+        epoch: int,
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> LeaderLease | None:
+        ttl = positive_ttl(ttl)
+        return await self.driver.leader_renew(name, instance_id, epoch, ttl, self._at(now))
+
+    async def leader_resign(
+        self, name: str, instance_id: str, epoch: int, now: datetime | None = None
+    ) -> bool:
+        return await self.driver.leader_resign(name, instance_id, epoch, self._at(now))
+
+    async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
+        return await self.driver.leader_get(name, self._at(now))
+
+    # -- instances --------------------------------------------------------------------------
+    async def instance_heartbeat(
+        self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None
+    ) -> None:
+        ttl = positive_ttl(ttl)
+        await self.driver.instance_heartbeat(check_info(info), ttl, self._at(now))
+
+    async def instance_list(self, now: datetime | None = None) -> list[InstanceInfo]:
+        return await self.driver.instance_list(self._at(now))
+
+    async def instance_remove(self, instance_id: str) -> None:
+        await self.driver.instance_remove(instance_id)

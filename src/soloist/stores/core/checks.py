@@ -1,0 +1,138 @@
+"""The checks every store gets from the core, whatever its dialect: values crossing the
+store boundary are validated and normalised here, once, so that drivers only translate.
+
+Each function returns the value a driver may rely on (times as aware UTC datetimes, a
+positive TTL, a :class:`~soloist.models.State`), or raises :class:`ConfigError` naming the
+bad value and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from soloist.clock import UTC
+from soloist.errors import ConfigError
+from soloist.models import InstanceInfo, JobRecord, NewOccurrence, Outcome, State
+
+__all__ = [
+    "OUTCOME_STATES",
+    "aware_utc",
+    "check_delay",
+    "check_info",
+    "check_item",
+    "check_items",
+    "check_job",
+    "check_limit",
+    "check_outcomes",
+    "check_state",
+    "check_tasks",
+    "positive_ttl",
+]
+
+#: The states an attempt's outcome may write (``occurrence_complete``). A tuple, not a
+#: set: enum members hash by name, so a set would not find the plain string values.
+OUTCOME_STATES = (State.SUCCEEDED, State.FAILED, State.DEAD)
+
+
+def aware_utc(moment: datetime, what: str) -> datetime:
+    """``moment`` in UTC; a naive datetime is a caller bug, named here."""
+    if type(moment) is datetime and moment.tzinfo is UTC:
+        return moment  # the common case, and the hot path of bulk inserts
+    if not isinstance(moment, datetime):
+        raise ConfigError(f"invalid {what} {moment!r}: expected a timezone-aware datetime")
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ConfigError(f"invalid {what} {moment!r}: expected a timezone-aware datetime")
+    return moment.astimezone(UTC)
+
+
+def positive_ttl(ttl: timedelta, what: str = "ttl") -> timedelta:
+    """``ttl`` if it is a positive duration: a lease born expired is a caller bug."""
+    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+        raise ConfigError(f"invalid {what} {ttl!r}: expected a positive timedelta")
+    return ttl
+
+
+def check_delay(delay: timedelta) -> timedelta:
+    """``delay`` if it is a duration of zero or more."""
+    if not isinstance(delay, timedelta) or delay < timedelta(0):
+        raise ConfigError(f"invalid delay {delay!r}: expected a timedelta >= 0")
+    return delay
+
+
+def check_limit(limit: int) -> int:
+    """``limit`` if it is an integer (zero or less asks for nothing)."""
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        raise ConfigError(f"invalid limit {limit!r}: expected an integer")
+    return limit
+
+
+def check_tasks(tasks: Collection[str]) -> list[str]:
+    """``tasks`` as a sorted list of distinct names (a bare string is a caller bug: it
+    would read as a set of one-letter task names)."""
+    if isinstance(tasks, str):
+        raise ConfigError(f"invalid tasks {tasks!r}: expected a collection of task names")
+    return sorted(set(tasks))
+
+
+def check_state(state: State | str | None) -> State | None:
+    """``state`` as a :class:`State` (None: any state)."""
+    if state is None:
+        return None
+    try:
+        return State(state)
+    except ValueError:
+        names = ", ".join(s.value for s in State)
+        raise ConfigError(f"invalid state {state!r}: expected one of {names}") from None
+
+
+def check_item(item: NewOccurrence) -> NewOccurrence:
+    """``item`` with its plan_time and due_at in UTC."""
+    plan, due = aware_utc(item.plan_time, "plan_time"), aware_utc(item.due_at, "due_at")
+    if plan is item.plan_time and due is item.due_at:
+        return item
+    return replace(item, plan_time=plan, due_at=due)
+
+
+def check_items(items: Sequence[NewOccurrence]) -> Sequence[NewOccurrence]:
+    """``items`` with every time in UTC (the same sequence when they already are)."""
+    checked = [check_item(item) for item in items]
+    if all(new is old for new, old in zip(checked, items, strict=True)):
+        return items
+    return checked
+
+
+def check_outcomes(outcomes: Sequence[Outcome]) -> Sequence[Outcome]:
+    """``outcomes`` if each writes an outcome state (as a :class:`State`); retry_at in
+    UTC."""
+    checked: list[Outcome] = []
+    changed = False
+    for outcome in outcomes:
+        if outcome.state not in OUTCOME_STATES:
+            raise ConfigError(
+                f"invalid outcome state {outcome.state!r} for {outcome.id}: "
+                "expected succeeded, failed or dead"
+            )
+        if type(outcome.state) is not State:
+            outcome, changed = replace(outcome, state=State(outcome.state)), True
+        if outcome.retry_at is not None:
+            retry_at = aware_utc(outcome.retry_at, "retry_at")
+            if retry_at is not outcome.retry_at:
+                outcome, changed = replace(outcome, retry_at=retry_at), True
+        checked.append(outcome)
+    return checked if changed else outcomes
+
+
+def check_job(record: JobRecord) -> JobRecord:
+    """``record`` with its created_at, if given, in UTC."""
+    if record.created_at is None:
+        return record
+    created = aware_utc(record.created_at, "created_at")
+    return record if created is record.created_at else replace(record, created_at=created)
+
+
+def check_info(info: InstanceInfo) -> InstanceInfo:
+    """``info`` with its started_at in UTC."""
+    started = aware_utc(info.started_at, "started_at")
+    return info if started is info.started_at else replace(info, started_at=started)
