@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from soloist.durations import parse_duration
 from soloist.errors import (
@@ -36,6 +36,7 @@ from soloist.registry import JobDef, JobPolicy, Registry, TaskDef, check_name
 from soloist.schedules import Schedule, schedule_from_dict
 from soloist.schedules import at as at_schedule
 from soloist.stores.base import Store
+from soloist.stores.core import checked
 
 #: Rows per store call of ``enqueue_many``, and how many such calls may be in flight.
 ENQUEUE_BATCH = 1000
@@ -45,17 +46,6 @@ ENQUEUE_PARALLEL = 2
 LAST_LOOKBACK = 5
 
 log = logging.getLogger("soloist")
-
-
-@runtime_checkable
-class InsertsAtNow(Protocol):
-    """A store that can insert an occurrence due at its own clock's now plus a delay in one
-    statement (PostgreSQL: ``enqueue`` then needs no round trip to read the clock first).
-    ``item``'s plan_time and due_at are ignored."""
-
-    async def occurrence_insert_now(
-        self, item: NewOccurrence, delay: timedelta
-    ) -> tuple[Occurrence, bool]: ...
 
 
 #: Stands for the times of an item given to ``occurrence_insert_now`` (they are ignored).
@@ -112,25 +102,22 @@ class Operations:
                 max_crashes=spec.max_crashes,
             )
 
-        if at is None and isinstance(store, InsertsAtNow):
-            # One round trip: the store's clock fixes the due time inside the insert.
+        if at is None:
+            # The store's clock fixes the due time: inside the insert where the store can
+            # (one round trip), else read just before it.
             wait = timedelta(0)
             if delay is not None:
                 wait = parse_duration(delay, what="delay", allow_zero=True)
-            occ, _created = await store.occurrence_insert_now(item(_UNUSED_TIME), wait)
+            occ, _created = await checked(store).occurrence_insert_now(item(_UNUSED_TIME), wait)
             self._wake()
             return occ
+        if not isinstance(at, (str, datetime, timedelta)):
+            raise ConfigError(
+                f"invalid at {at!r}: expected an aware datetime or an RFC 3339 string"
+            )
         now = await store.now()
-        due = now
-        if delay is not None:
-            due = now + parse_duration(delay, what="delay", allow_zero=True)
-        elif at is not None:
-            if not isinstance(at, (str, datetime, timedelta)):
-                raise ConfigError(
-                    f"invalid at {at!r}: expected an aware datetime or an RFC 3339 string"
-                )
-            when = at_schedule(at, now=now).next_after(datetime.min.replace(tzinfo=now.tzinfo))
-            due = when if when is not None else now
+        when = at_schedule(at, now=now).next_after(datetime.min.replace(tzinfo=now.tzinfo))
+        due = when if when is not None else now
         occ, _created = await store.occurrence_insert(item(due))
         self._wake()
         return occ

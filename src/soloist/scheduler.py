@@ -42,6 +42,7 @@ from soloist.runtime.health import Health
 from soloist.schedules import Schedule
 from soloist.stores import check_store_url, open_store
 from soloist.stores.base import Store
+from soloist.stores.core import CheckedStore, checked
 from soloist.stores.existing import require_schema
 from soloist.stores.urls import mask_url
 
@@ -105,13 +106,14 @@ class Scheduler:
         #: This instance's Prometheus metrics (served by ``GET /metrics``).
         self.metrics = Metrics(self.config.instance_id, self.config.mode)
         self._http: HttpServer | None = None
-        self._given_store = store if isinstance(store, Store) else None
+        # A store given here gets the core's checks like one opened from a URL.
+        self._given_store = checked(store) if isinstance(store, Store) else None
         #: SOLOIST_STORE_URL when it differs from the store given here (which wins): logged
         #: as a WARNING when the store is first opened (see :meth:`_store_warnings`).
         self._env_store = _other_env_store(url)
         self._store_warned = False
         self._migrate = migrate
-        self._store: Store | None = None
+        self._store: CheckedStore | None = None
         self._store_ready = False
         self.registry = Registry()
         self.ops = Operations(self._ready_store, self.registry, self._wake)
@@ -124,7 +126,7 @@ class Scheduler:
         # Sync calls made while no scheduler loop runs go to a portal: a private loop in a
         # daemon thread with a store of its own that stays open between calls.
         self._portal: Portal | None = None
-        self._portal_store: Store | None = None
+        self._portal_store: CheckedStore | None = None
         self._portal_store_lock = asyncio.Lock()
         self._portal_lock = threading.Lock()
         self._handler_wrappers: list[Callable[[Handler], Handler]] = []
@@ -480,7 +482,7 @@ class Scheduler:
             metrics=self.metrics,
         )
         await self._runtime.start()
-        if self.config.store_url.startswith("sqlite:") and self.config.mode != "local":
+        if store.capabilities.reach == "host" and self.config.mode != "local":
             log.info(
                 "store %s is a SQLite file: it coordinates the processes of this host only; "
                 "instances on other hosts (other pods or containers, each with its own "
@@ -543,12 +545,12 @@ class Scheduler:
             logs.configure("INFO", "text")
         asyncio.run(self.serve(handle_signals=True))
 
-    async def astore(self) -> Store:
+    async def astore(self) -> CheckedStore:
         """The store, opened (and migrated) on first use, in the running event loop."""
         return await self._ready_store()
 
     # -- plumbing -----------------------------------------------------------------------------
-    async def _ready_store(self) -> Store:
+    async def _ready_store(self) -> CheckedStore:
         portal = self._portal
         if (
             portal is not None
@@ -590,7 +592,7 @@ class Scheduler:
             extra={"action": "store_conflict"},
         )
 
-    def _open_store(self) -> Store:
+    def _open_store(self) -> CheckedStore:
         # The drivers derive their timeouts from the lease TTL (soloist.stores.deadlines).
         return open_store(self.config.store_url, clock=None, lease_ttl=self.config.lease_ttl)
 
@@ -599,7 +601,7 @@ class Scheduler:
         # A memory store *is* the data and a given store is the caller's: both are shared.
         return self._given_store is None and not self.config.store_url.startswith("memory:")
 
-    async def _ready_portal_store(self) -> Store:
+    async def _ready_portal_store(self) -> CheckedStore:
         async with self._portal_store_lock:
             if self._portal_store is None:
                 store = self._open_store()
