@@ -210,7 +210,7 @@ async def test_scheduler_opens_its_store_with_its_lease_ttl(postgres_url: str) -
     """Scheduler(lease_ttl=...) passes the TTL to the store: its calls have that deadline."""
     app = Scheduler(postgres_url, lease_ttl="3s")
     try:
-        store = await app.astore()
+        store = (await app.astore()).driver
         assert isinstance(store, PostgresStore)
         assert await store._rows("SHOW statement_timeout", {}) == [("3s",)]
     finally:

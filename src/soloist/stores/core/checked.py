@@ -109,8 +109,9 @@ class CheckedStore:
         await self.driver.close()
 
     async def now(self) -> datetime:
-        clock = self.clock
-        return clock.now() if clock is not None else await self.driver.now()
+        # Always the driver's: its test clock if it has one, else a real read (a readiness
+        # probe pings the store this way).
+        return aware_utc(await self.driver.now(), "now() of the store")
 
     async def schema_check(self) -> None:
         """Raise unless the store holds soloist's newest schema, reading only; a store that
