@@ -104,3 +104,54 @@ def test_importing_the_core_loads_no_web_module() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+#: What a store driver may not import: the layers above the store seam.
+ABOVE_THE_STORES = {
+    "soloist.runtime",
+    "soloist.scheduler",
+    "soloist.operations",
+    "soloist.http",
+    "soloist.cli",
+    "soloist.contrib",
+    "soloist.registry",
+}
+
+
+def test_store_drivers_import_nothing_above_the_store_seam() -> None:
+    """soloist.stores.* (the core and every driver) imports nothing from the runtime, the
+    facade, the operations, the web layer or the CLI: the seam is one way."""
+    offenders = {}
+    for path in (SRC / "stores").rglob("*.py"):
+        found = {
+            name
+            for name in imported_modules(path)
+            if any(name == above or name.startswith(above + ".") for above in ABOVE_THE_STORES)
+        }
+        if found:
+            offenders[str(path.relative_to(SRC))] = sorted(found)
+    assert offenders == {}
+
+
+def test_drivers_do_not_repeat_the_core_checks() -> None:
+    """The checks of soloist.stores.core live once: no driver imports them (they get
+    checked input from CheckedStore), and no driver keeps its own outcome-state tuple."""
+    offenders = {}
+    for path in (SRC / "stores").rglob("*.py"):
+        parts = path.relative_to(SRC / "stores").parts
+        if parts[0] == "core" or len(parts) == 1:
+            continue
+        text = path.read_text(encoding="utf-8")
+        found = [
+            needle
+            for needle in (
+                "soloist.stores.core.checks",
+                "aware_utc(",
+                "positive_ttl(",
+                "expected succeeded, failed or dead",
+            )
+            if needle in text
+        ]
+        if found:
+            offenders[str(path.relative_to(SRC))] = found
+    assert offenders == {}

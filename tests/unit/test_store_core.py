@@ -1,0 +1,111 @@
+"""The store core over any store: capabilities, their fallbacks, and the wrapper applied to
+a store given to the Scheduler (the checks themselves are in the conformance suite)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from soloist import Scheduler
+from soloist.errors import ConfigError
+from soloist.models import Kind, NewOccurrence
+from soloist.stores.core import PLAIN, Capabilities, CheckedStore, capabilities_of, checked
+from soloist.stores.memory import MemoryStore
+from soloist.testing import FakeClock
+
+T0 = datetime(2026, 5, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def _item(key: str) -> NewOccurrence:
+    return NewOccurrence(key, "t", "t", "", T0, T0, Kind.TASK)
+
+
+class PlainStore(MemoryStore):
+    """A store written outside soloist that declares no extras."""
+
+    capabilities = PLAIN
+
+
+class ClaimsTooMuch(MemoryStore):
+    """Declares an extra without the method that goes with it."""
+
+    capabilities = Capabilities(inserts_at_now=True)
+
+
+class FastInserts(MemoryStore):
+    """Declares inserts_at_now and counts the calls of its own method."""
+
+    capabilities = Capabilities(inserts_at_now=True, reach="process")
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.calls = 0
+
+    async def occurrence_insert_now(
+        self, item: NewOccurrence, delay: timedelta
+    ) -> tuple[object, bool]:
+        self.calls += 1
+        due = self.clock.now() + delay
+        from dataclasses import replace
+
+        return await self.occurrence_insert(replace(item, plan_time=due, due_at=due))
+
+
+async def test_insert_at_now_falls_back_to_reading_the_clock() -> None:
+    """A store without inserts_at_now still inserts at its now plus the delay."""
+    clock = FakeClock(T0)
+    store = checked(PlainStore(clock=clock))
+    occ, created = await store.occurrence_insert_now(_item("a"), timedelta(seconds=5))
+    assert created and occ.due_at == occ.plan_time == T0 + timedelta(seconds=5)
+
+
+async def test_a_declared_extra_is_used() -> None:
+    """A store that declares inserts_at_now gets the call itself."""
+    driver = FastInserts(FakeClock(T0))
+    occ, _ = await checked(driver).occurrence_insert_now(_item("a"))
+    assert driver.calls == 1 and occ.due_at == T0
+
+
+async def test_a_negative_delay_is_refused_before_the_store() -> None:
+    driver = FastInserts(FakeClock(T0))
+    with pytest.raises(ConfigError, match="delay"):
+        await checked(driver).occurrence_insert_now(_item("a"), timedelta(seconds=-1))
+    assert driver.calls == 0
+
+
+async def test_extras_a_store_lacks_do_nothing() -> None:
+    """listen() and schema_check() on a store that cannot are no-ops, not errors."""
+    store = checked(PlainStore())
+    await store.listen()
+    await store.schema_check()
+
+
+def test_an_extra_declared_without_its_method_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"inserts_at_now.*occurrence_insert_now"):
+        checked(ClaimsTooMuch())
+
+
+def test_capabilities_must_be_declared_with_the_class() -> None:
+    store = MemoryStore()
+    store.capabilities = {"notifies": True}  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match="Capabilities"):
+        capabilities_of(store)
+
+
+def test_checked_is_idempotent_and_refuses_what_is_not_a_store() -> None:
+    store = checked(MemoryStore())
+    assert checked(store) is store
+    with pytest.raises(ConfigError, match="'memory://'"):
+        checked("memory://")  # type: ignore[arg-type]
+
+
+async def test_a_store_given_to_the_scheduler_gets_the_checks() -> None:
+    """Scheduler(store=...) wraps the store: a lease born expired is refused there too."""
+    driver = PlainStore()
+    app = Scheduler(driver)
+    store = await app.astore()
+    assert isinstance(store, CheckedStore) and store.driver is driver
+    with pytest.raises(ConfigError, match="lease_ttl"):
+        await store.occurrence_claim("i1", ["t"], 10, timedelta(0))
+    await app.aclose()
