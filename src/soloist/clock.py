@@ -32,7 +32,8 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The operating system's wall clock; sleeps with asyncio."""
+    """The operating system's wall and monotonic clocks; sleeps with asyncio. (The only
+    place the runtime's time comes from the system: services read their bundle's clock.)"""
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -54,8 +55,3 @@ def from_epoch_us(value: int) -> datetime:
     """The aware UTC datetime of :func:`to_epoch_us`."""
     seconds, micros = divmod(value, 1_000_000)
     return datetime.fromtimestamp(seconds, UTC).replace(microsecond=micros)
-
-
-def monotonic() -> float:
-    """Seconds on the monotonic clock (for durations that must not jump)."""
-    return time.monotonic()

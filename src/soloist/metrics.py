@@ -41,7 +41,16 @@ if TYPE_CHECKING:
     from soloist.models import OccurrenceCounts
     from soloist.stores.base import Store
 
-__all__ = ["CONTENT_TYPE_LATEST", "COUNTS_MAX_AGE", "JobMetrics", "LeakCounts", "Metrics"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "COUNTS_MAX_AGE",
+    "NO_METRICS",
+    "JobMetrics",
+    "LeakCounts",
+    "Metrics",
+    "NoMetrics",
+    "RuntimeMetrics",
+]
 
 log = logging.getLogger("soloist")
 
@@ -158,6 +167,50 @@ class _LeakCollector(Collector):
             value=pool.leaked_total if pool is not None else 0,
         )
         return [now, total]
+
+
+class RuntimeMetrics(Protocol):
+    """What the runtime's services report: :class:`Metrics` counts it, :data:`NO_METRICS`
+    drops it (a service built without metrics, as in unit tests)."""
+
+    def run_started(self, job: str, lateness_s: float) -> None: ...
+
+    def run_finished(self, job: str, outcome: str, duration_s: float | None = None) -> None: ...
+
+    def lease_stolen(self, job: str) -> None: ...
+
+    def leadership(self, leading: bool) -> None: ...
+
+    def store_error(self, operation: str) -> None: ...
+
+    def store_data_lost(self) -> None: ...
+
+
+class NoMetrics:
+    """A :class:`RuntimeMetrics` that counts nothing, so that services never check for a
+    missing one."""
+
+    def run_started(self, job: str, lateness_s: float) -> None:
+        pass
+
+    def run_finished(self, job: str, outcome: str, duration_s: float | None = None) -> None:
+        pass
+
+    def lease_stolen(self, job: str) -> None:
+        pass
+
+    def leadership(self, leading: bool) -> None:
+        pass
+
+    def store_error(self, operation: str) -> None:
+        pass
+
+    def store_data_lost(self) -> None:
+        pass
+
+
+#: The metrics of a service built without any.
+NO_METRICS: RuntimeMetrics = NoMetrics()
 
 
 class Metrics:

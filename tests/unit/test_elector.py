@@ -9,6 +9,7 @@ import pytest
 
 from soloist import Scheduler, every
 from soloist.runtime.elector import Elector
+from soloist.runtime.service import ServiceBundle
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
 
@@ -28,8 +29,7 @@ def store(clock: FakeClock) -> MemoryStore:
 
 def elector(clock: FakeClock, store: MemoryStore, iid: str, events: list[str]) -> Elector:
     return Elector(
-        clock,
-        iid,
+        ServiceBundle(clock, iid),
         store,
         election="test",
         ttl=TTL,

@@ -720,7 +720,7 @@ async def test_a_stray_cancelled_error_does_not_end_a_service_loop(
     connection), not from stopping the service, is a failed tick: the loop goes on. (Had
     it ended, the instance would silently stop claiming while it still looked alive.)"""
     from soloist.clock import SystemClock
-    from soloist.runtime.service import Service
+    from soloist.runtime.service import Service, ServiceBundle
 
     ticked = asyncio.Event()
 
@@ -735,7 +735,7 @@ async def test_a_stray_cancelled_error_does_not_end_a_service_loop(
             ticked.set()
             return 60.0
 
-    service = Flaky(SystemClock(), "a")
+    service = Flaky(ServiceBundle(SystemClock(), "a"))
     await service.start()
     await asyncio.wait_for(ticked.wait(), 5)
     assert service.running and service.calls == 2

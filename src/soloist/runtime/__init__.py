@@ -14,6 +14,9 @@ Leader election runs in every mode (it is also a user-facing primitive). On stop
 planning ends first, the leader resigns so a follower takes over at once, running handlers
 get the grace period while their leases are still renewed, the leftovers are released to
 other instances, and only then do the lease services stop.
+
+Every service gets the same :class:`~soloist.runtime.service.ServiceBundle`: the one
+clock, the instance id, the logger and the metrics.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from soloist.runtime.leases import Heartbeater, Reaper
 from soloist.runtime.planner import Planner
 from soloist.runtime.recovery import StoreRecovery
 from soloist.runtime.registrar import Registrar
-from soloist.runtime.service import Service, log
+from soloist.runtime.service import Service, ServiceBundle, log
 from soloist.stores.base import Store
 
 __all__ = ["Runtime"]
@@ -55,9 +58,10 @@ class Runtime:
         self.config = config
         self.clock = clock
         iid = config.instance_id
+        self.metrics = metrics or Metrics(iid, config.mode)
+        self.bundle = bundle = ServiceBundle(clock, iid, log, self.metrics)
         self.elector = Elector(
-            clock,
-            iid,
+            bundle,
             store,
             election=config.election,
             ttl=config.lease_ttl,
@@ -65,8 +69,7 @@ class Runtime:
             on_demoted=list(on_demoted or []),
         )
         self.executor = Executor(
-            clock,
-            iid,
+            bundle,
             store,
             registry,
             concurrency=config.concurrency,
@@ -78,8 +81,7 @@ class Runtime:
             on_short_lease=lambda: self.heartbeater.wake(),
         )
         self.planner = Planner(
-            clock,
-            iid,
+            bundle,
             store,
             registry,
             lookahead=config.lookahead,
@@ -89,27 +91,23 @@ class Runtime:
             active=self.plans,
             local_owner=iid if config.mode == "local" else None,
         )
-        self.heartbeater = Heartbeater(clock, iid, self.executor, config.heartbeat)
-        self.reaper = Reaper(clock, iid, store, config.heartbeat, self.executor.wake)
+        self.heartbeater = Heartbeater(bundle, self.executor, config.heartbeat)
+        self.reaper = Reaper(bundle, store, config.heartbeat, self.executor.wake)
         self.registrar = Registrar(
-            clock,
-            iid,
+            bundle,
             store,
             mode=config.mode,
             interval=config.heartbeat,
             ttl=config.lease_ttl,
             metadata={"jobs": sorted(registry.jobs), "tasks": registry.queue_tasks()},
         )
-        self.metrics = metrics or Metrics(iid, config.mode)
         # The executor makes its pool; how many leaked threads it replaces is set here.
         pool = self.executor.pool
         leaks = config.max_leaked_threads
         pool.max_leaked = config.concurrency if leaks is None else leaks
         self.metrics.pool = pool
-        self.recovery = StoreRecovery(clock, iid, self._set_up_again)
-        self.recovery.metrics = self.metrics
+        self.recovery = StoreRecovery(bundle, self._set_up_again)
         for service in self.services():
-            service.metrics = self.metrics
             service.on_data_lost = self.recovery.recover
         self.started = asyncio.Event()
         self._stopped = False

@@ -29,10 +29,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from soloist.clock import Clock
 from soloist.errors import StoreDataLostError
 from soloist.models import LeaderLease
-from soloist.runtime.service import Service
+from soloist.runtime.service import Service, ServiceBundle
 from soloist.stores.base import Store
 
 #: Callbacks receive the epoch of the leadership gained or lost.
@@ -47,8 +46,7 @@ class Elector(Service):
 
     def __init__(
         self,
-        clock: Clock,
-        instance_id: str,
+        bundle: ServiceBundle,
         store: Store,
         *,
         election: str,
@@ -56,7 +54,7 @@ class Elector(Service):
         on_elected: list[LeadershipCallback],
         on_demoted: list[LeadershipCallback],
     ) -> None:
-        super().__init__(clock, instance_id)
+        super().__init__(bundle)
         self.store = store
         self.election = election
         self.ttl = ttl
@@ -100,8 +98,7 @@ class Elector(Service):
             await self._demote("the store lost its data")
             raise
         except Exception as exc:
-            if self.metrics is not None:
-                self.metrics.store_error("leader_renew")
+            self.metrics.store_error("leader_renew")
             self.log(
                 logging.WARNING,
                 "could not renew leadership (epoch %d): %s",
@@ -143,8 +140,7 @@ class Elector(Service):
         self.lease = lease
         self.leader_id, self.epoch = lease.leader_id, lease.epoch
         self.changes += 1
-        if self.metrics is not None:
-            self.metrics.leadership(True)
+        self.metrics.leadership(True)
         self.log(
             logging.INFO,
             "became leader of %r (epoch %d)",
@@ -162,8 +158,7 @@ class Elector(Service):
             return
         self.leader_id = None
         self.changes += 1
-        if self.metrics is not None:
-            self.metrics.leadership(False)
+        self.metrics.leadership(False)
         self.log(
             level,
             "lost leadership of %r (epoch %d): %s",

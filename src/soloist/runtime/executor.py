@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from soloist.clock import Clock
 from soloist.config import lease_margin
 from soloist.context import JobContext
 from soloist.errors import LeaseLostError, StoreError
@@ -38,7 +37,7 @@ from soloist.payload import summarise_result
 from soloist.registry import Registry, TaskDef
 from soloist.runtime.completer import MIN_CALL_TIMEOUT, Completer
 from soloist.runtime.pool import DaemonThreadPool
-from soloist.runtime.service import Service, log
+from soloist.runtime.service import Service, ServiceBundle
 from soloist.stores.base import Store
 
 #: How soon to look again when due work exists that could not be claimed (overlap=queue).
@@ -75,8 +74,7 @@ class Executor(Service):
 
     def __init__(
         self,
-        clock: Clock,
-        instance_id: str,
+        bundle: ServiceBundle,
         store: Store,
         registry: Registry,
         *,
@@ -88,7 +86,7 @@ class Executor(Service):
         call_timeout: timedelta | None = None,
         on_short_lease: Callable[[], None] = lambda: None,
     ) -> None:
-        super().__init__(clock, instance_id)
+        super().__init__(bundle)
         self.store = store
         self.registry = registry
         #: Which tasks this instance claims now (in leader mode followers claim only queue
@@ -110,9 +108,9 @@ class Executor(Service):
         self.poll_interval = poll_interval.total_seconds()
         self.active: dict[str, Run] = {}
         self.claiming = True
-        self.pool = DaemonThreadPool(concurrency, "soloist-worker")
+        self.pool = DaemonThreadPool(concurrency, "soloist-worker", clock=self.clock)
         self.completer = Completer(
-            store, instance_id, monotonic=clock.monotonic, call_timeout=self.call_timeout
+            store, self.instance_id, monotonic=self.clock.monotonic, call_timeout=self.call_timeout
         )
         self.counts = {
             state: 0
@@ -205,7 +203,7 @@ class Executor(Service):
                 self.check_leases()
                 return not ctx.lease_lost
 
-        ctx = JobContext.for_occurrence(occ, self.instance_id, log, renew, loop)
+        ctx = JobContext.for_occurrence(occ, self.instance_id, self.logger, renew, loop)
         run = Run(occ, ctx, started + self._ttl - self.lease_margin, started=started)
         stale = self.active.get(occ.id)
         if stale is not None:
@@ -225,11 +223,10 @@ class Executor(Service):
             self.on_short_lease()  # the heartbeater must not sleep past this deadline
         task = run.task = loop.create_task(self._run(run), name=f"soloist-run-{occ.id}")
         task.add_done_callback(functools.partial(self._finished, run))
-        metrics = self.metrics
-        if metrics is not None and occ.attempt == 1 and occ.started_at is not None:
+        if occ.attempt == 1 and occ.started_at is not None:
             lateness = (occ.started_at - occ.plan_time).total_seconds()
-            metrics.job(occ.job).lateness.observe(lateness if lateness > 0 else 0.0)
-        if log.isEnabledFor(INFO):
+            self.metrics.run_started(occ.job, lateness if lateness > 0 else 0.0)
+        if self.logger.isEnabledFor(INFO):
             ctx.logger.info(
                 "claimed %s (plan %s, attempt %d, token %d)",
                 occ.job,
@@ -352,11 +349,10 @@ class Executor(Service):
             )
         except Exception as exc:
             self.counts["unrecorded"] += 1
-            if self.metrics is not None:
-                self.metrics.run_finished(occ.job, "unrecorded", duration)
-                cause = exc.__cause__ if exc.__cause__ is not None else exc
-                if isinstance(cause, (StoreError, TimeoutError)):
-                    self.metrics.store_error("occurrence_complete")
+            self.metrics.run_finished(occ.job, "unrecorded", duration)
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            if isinstance(cause, (StoreError, TimeoutError)):
+                self.metrics.store_error("occurrence_complete")
             ctx.logger.error(
                 "could not record the outcome (%s) of %s (plan %s) before its lease ran "
                 "out: %s; the lease expires and the occurrence runs again (a crash, not a "
@@ -368,11 +364,9 @@ class Executor(Service):
                 extra={"action": "record_failed"},
             )
             return
-        metrics = self.metrics
         if not applied:
             self.counts["fenced"] += 1
-            if metrics is not None:
-                metrics.run_finished(occ.job, "fenced", duration)
+            self.metrics.run_finished(occ.job, "fenced", duration)
             ctx.logger.warning(
                 "lease of %s (plan %s) was lost: result %s fenced out",
                 occ.job,
@@ -382,10 +376,9 @@ class Executor(Service):
             )
             return
         self.counts[outcome.state.value] += 1
-        if metrics is not None:
-            metrics.run_finished(occ.job, outcome.state.value, duration)
+        self.metrics.run_finished(occ.job, outcome.state.value, duration)
         if code is None:
-            if log.isEnabledFor(INFO):
+            if self.logger.isEnabledFor(INFO):
                 ctx.logger.info(
                     "succeeded %s in %.3fs",
                     occ.job,
@@ -412,10 +405,7 @@ class Executor(Service):
         instance has reaped the occurrence already, or it will once the lease expires on
         the store's clock; then it runs again, as after a crash (no retry is spent)."""
         self.counts["lease_lost"] += 1
-        if self.metrics is not None:
-            self.metrics.run_finished(
-                run.occ.job, "lease_lost", self.clock.monotonic() - run.started
-            )
+        self.metrics.run_finished(run.occ.job, "lease_lost", self.clock.monotonic() - run.started)
         run.ctx.logger.warning(
             "%s (plan %s) stopped: %s; nothing recorded, the occurrence is reaped when its "
             "lease expires and runs again",
@@ -518,19 +508,18 @@ class Executor(Service):
                 )
             except Exception as exc:
                 released = set()
-                log.warning(
+                self.logger.warning(
                     "could not release %d running occurrence(s) (%s); they run again on "
                     "another instance once their leases expire",
                     len(leftovers),
                     exc,
                     extra={"action": "release_failed", "instance_id": self.instance_id},
                 )
-            if self.metrics is not None:
-                for run in leftovers:
-                    if run.occ.id in released:
-                        self.metrics.run_finished(run.occ.job, "released")
+            for run in leftovers:
+                if run.occ.id in released:
+                    self.metrics.run_finished(run.occ.job, "released")
         if leftovers and released:
-            log.warning(
+            self.logger.warning(
                 "grace period over: released %d running occurrence(s) for another instance",
                 len(released),
                 extra={"action": "released", "instance_id": self.instance_id},

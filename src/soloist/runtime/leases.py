@@ -23,11 +23,10 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from soloist.clock import Clock
 from soloist.errors import StoreError
 from soloist.models import State
 from soloist.runtime.executor import Executor
-from soloist.runtime.service import Service
+from soloist.runtime.service import Service, ServiceBundle
 from soloist.stores.base import Store
 
 #: The shortest sleep of the heartbeater (a deadline just ahead is not worth less).
@@ -39,10 +38,8 @@ FIRST_RETRY = 0.1
 class Heartbeater(Service):
     name = "heartbeater"
 
-    def __init__(
-        self, clock: Clock, instance_id: str, executor: Executor, interval: timedelta
-    ) -> None:
-        super().__init__(clock, instance_id)
+    def __init__(self, bundle: ServiceBundle, executor: Executor, interval: timedelta) -> None:
+        super().__init__(bundle)
         self.executor = executor
         self.interval = interval.total_seconds()
         self.failures = 0
@@ -69,7 +66,7 @@ class Heartbeater(Service):
 
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
-        if self.metrics is not None and isinstance(exc, (StoreError, TimeoutError)):
+        if isinstance(exc, (StoreError, TimeoutError)):
             self.metrics.store_error("lease_renew")
         self.log(
             logging.WARNING if self.failures <= 3 else logging.DEBUG,
@@ -87,13 +84,12 @@ class Reaper(Service):
 
     def __init__(
         self,
-        clock: Clock,
-        instance_id: str,
+        bundle: ServiceBundle,
         store: Store,
         interval: timedelta,
         on_reaped: Callable[[], None],
     ) -> None:
-        super().__init__(clock, instance_id)
+        super().__init__(bundle)
         self.store = store
         self.interval = interval.total_seconds()
         self.on_reaped = on_reaped
@@ -103,8 +99,7 @@ class Reaper(Service):
         reaped = await self.store.occurrence_reap()
         for occ in reaped:
             self.reaped_total += 1
-            if self.metrics is not None:
-                self.metrics.lease_stolen(occ.job)
+            self.metrics.lease_stolen(occ.job)
             dead = occ.state is State.DEAD
             self.log(
                 logging.ERROR if dead else logging.WARNING,

@@ -37,10 +37,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from soloist.clock import Clock, to_epoch_us
+from soloist.clock import to_epoch_us
 from soloist.models import CatchUp, JobRecord, Kind, NewOccurrence, PlanAdvance
 from soloist.registry import JobDef, Registry, local_name
-from soloist.runtime.service import Service
+from soloist.runtime.service import Service, ServiceBundle
 from soloist.schedules import Schedule
 from soloist.stores.base import Store
 
@@ -61,8 +61,7 @@ class Planner(Service):
 
     def __init__(
         self,
-        clock: Clock,
-        instance_id: str,
+        bundle: ServiceBundle,
         store: Store,
         registry: Registry,
         *,
@@ -73,7 +72,7 @@ class Planner(Service):
         active: Callable[[], bool] = lambda: True,
         local_owner: str | None = None,
     ) -> None:
-        super().__init__(clock, instance_id)
+        super().__init__(bundle)
         self.store = store
         self.registry = registry
         self.lookahead = lookahead

@@ -29,10 +29,11 @@ import functools
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
+
+from soloist.clock import Clock, SystemClock
 
 T = TypeVar("T")
 
@@ -62,11 +63,19 @@ _Done = tuple["asyncio.Future[Any]", bool, Any]
 class DaemonThreadPool(Executor):
     """``workers`` daemon threads (started on demand) running submitted calls, plus one
     replacement per leaked thread, up to ``max_leaked`` (default: ``workers``; 0: never
-    replace)."""
+    replace). ``clock`` (default: the system's) times how long a leaked call ran."""
 
-    def __init__(self, workers: int, name: str, *, max_leaked: int | None = None) -> None:
+    def __init__(
+        self,
+        workers: int,
+        name: str,
+        *,
+        max_leaked: int | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self._workers = workers
         self._name = name
+        self._monotonic = (clock or SystemClock()).monotonic
         #: How many leaked threads are replaced at most (settable before use).
         self.max_leaked = workers if max_leaked is None else max_leaked
         #: Calls whose future was cancelled while they ran, ever (a counter).
@@ -173,7 +182,7 @@ class DaemonThreadPool(Executor):
         with self._lock:
             if item.future.cancelled():
                 return False
-            item.started = time.monotonic()
+            item.started = self._monotonic()
             return True
 
     def _end(self, item: _Call) -> bool:
@@ -181,7 +190,7 @@ class DaemonThreadPool(Executor):
         stays in the pool (False: the pool is full without it, so it exits)."""
         with self._lock:
             assert item.started is not None
-            ran = time.monotonic() - item.started
+            ran = self._monotonic() - item.started
             item.started = None
             if not item.leaked:
                 return True

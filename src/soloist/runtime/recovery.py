@@ -26,14 +26,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from soloist.clock import Clock
 from soloist.errors import StoreDataLostError
-from soloist.runtime.service import log
-
-if TYPE_CHECKING:
-    from soloist.metrics import Metrics
+from soloist.runtime.service import ServiceBundle
 
 __all__ = ["NOTICE_S", "StoreRecovery"]
 
@@ -45,13 +41,12 @@ class StoreRecovery:
     """Reacts to :class:`StoreDataLostError` for one instance; ``set_up`` migrates the
     store and records the code-defined jobs again."""
 
-    def __init__(
-        self, clock: Clock, instance_id: str, set_up: Callable[[], Awaitable[None]]
-    ) -> None:
-        self.clock = clock
-        self.instance_id = instance_id
+    def __init__(self, bundle: ServiceBundle, set_up: Callable[[], Awaitable[None]]) -> None:
+        self.clock = bundle.clock
+        self.instance_id = bundle.instance_id
+        self.logger = bundle.logger
+        self.metrics = bundle.metrics
         self._set_up = set_up
-        self.metrics: Metrics | None = None
         #: Losses noticed by this instance.
         self.count = 0
         self.last_error: StoreDataLostError | None = None
@@ -74,7 +69,7 @@ class StoreRecovery:
                 self._report(exc)
             await self._set_up()
             self.pending = False
-        log.info(
+        self.logger.info(
             "set the store up again after it lost its data: the schema and the jobs "
             "defined in code are back; planning starts again from now",
             extra={"action": "store_set_up_again", "instance_id": self.instance_id},
@@ -87,9 +82,8 @@ class StoreRecovery:
         self.last_error = exc
         self.last_at = self.clock.now()
         self._last_seen = self.clock.monotonic()
-        if self.metrics is not None:
-            self.metrics.store_data_lost()
-        log.error(
+        self.metrics.store_data_lost()
+        self.logger.error(
             "%s; setting it up again (schema, jobs defined in code); dynamic schedules, "
             "queued tasks and history are not restored, and planning starts again from now",
             exc,

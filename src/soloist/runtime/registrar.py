@@ -9,9 +9,8 @@ import os
 import socket
 from datetime import datetime, timedelta
 
-from soloist.clock import Clock
 from soloist.models import InstanceInfo
-from soloist.runtime.service import Service
+from soloist.runtime.service import Service, ServiceBundle
 from soloist.stores.base import Store
 
 
@@ -20,8 +19,7 @@ class Registrar(Service):
 
     def __init__(
         self,
-        clock: Clock,
-        instance_id: str,
+        bundle: ServiceBundle,
         store: Store,
         *,
         mode: str,
@@ -29,7 +27,7 @@ class Registrar(Service):
         ttl: timedelta,
         metadata: dict[str, object],
     ) -> None:
-        super().__init__(clock, instance_id)
+        super().__init__(bundle)
         self.store = store
         self.mode = mode
         self.interval = interval.total_seconds()

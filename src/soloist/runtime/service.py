@@ -3,6 +3,12 @@
 Each service does one thing per ``tick`` and says how long to wait before the next one;
 ``wake()`` cuts the wait short (new work arrived). A tick that raises is logged and
 retried with backoff: a store outage must not kill the loop.
+
+Every service is built from the same :class:`ServiceBundle` (after River's
+``baseservice.Archetype``): the clock, for both wall and monotonic time (no service reads
+the system clock itself, so a ``FakeClock`` drives every deadline), the instance id, the
+logger and the metrics (:data:`~soloist.metrics.NO_METRICS` unless given). The
+:class:`~soloist.runtime.Runtime` makes one bundle and hands it to each service.
 """
 
 from __future__ import annotations
@@ -11,13 +17,12 @@ import abc
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from soloist.clock import Clock
 from soloist.errors import StoreDataLostError, StoreError
-
-if TYPE_CHECKING:
-    from soloist.metrics import Metrics
+from soloist.metrics import NO_METRICS, RuntimeMetrics
 
 log = logging.getLogger("soloist")
 
@@ -37,20 +42,32 @@ def cancel_requested() -> bool:
     return bool(cancelling()) if cancelling is not None else True
 
 
+@dataclass(frozen=True)
+class ServiceBundle:
+    """What every service of one instance is built with."""
+
+    #: Wall time (``now``), monotonic time (deadlines) and sleeping.
+    clock: Clock
+    instance_id: str
+    logger: logging.Logger = field(default=log)
+    metrics: RuntimeMetrics = field(default=NO_METRICS)
+
+
 class Service(abc.ABC):
-    """Base of planner, executor, heartbeater and reaper."""
+    """Base of planner, executor, heartbeater, reaper, elector and registrar."""
 
     name = "service"
 
-    def __init__(self, clock: Clock, instance_id: str) -> None:
-        self.clock = clock
-        self.instance_id = instance_id
+    def __init__(self, bundle: ServiceBundle) -> None:
+        self.bundle = bundle
+        self.clock = bundle.clock
+        self.instance_id = bundle.instance_id
+        self.logger = bundle.logger
+        self.metrics = bundle.metrics
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self.stopping = False
         self._errors = 0
-        #: Set by the Runtime; services built alone (tests) count nothing.
-        self.metrics: Metrics | None = None
         #: Set by the Runtime: reports a store that lost its data and sets it up again
         #: (:mod:`soloist.runtime.recovery`); then the tick runs again at once.
         self.on_data_lost: Callable[[StoreDataLostError], Awaitable[None]] | None = None
@@ -72,7 +89,7 @@ class Service(abc.ABC):
         if self.stopping:
             return
         reason = "cancelled" if task.cancelled() else repr(task.exception())
-        log.error(
+        self.logger.error(
             "%s stopped unexpectedly (%s): this instance no longer %s",
             self.name,
             reason,
@@ -131,7 +148,7 @@ class Service(abc.ABC):
     def _tick_failed(self, exc: BaseException) -> float:
         """Count and log a failed tick; the delay before the next one."""
         self._errors += 1
-        if self.metrics is not None and isinstance(exc, StoreError):
+        if isinstance(exc, StoreError):
             self.metrics.store_error(self.name)
         delay: float = min(MAX_ERROR_BACKOFF, 0.1 * 2**self._errors)
         loud = self._errors <= LOG_FIRST or self._errors % LOG_EVERY == 0
@@ -154,8 +171,7 @@ class Service(abc.ABC):
             await self.on_data_lost(exc)
         except Exception as failed:
             self._errors += 1
-            if self.metrics is not None:
-                self.metrics.store_error(self.name)
+            self.metrics.store_error(self.name)
             delay: float = min(MAX_ERROR_BACKOFF, 0.1 * 2**self._errors)
             self.log(
                 logging.WARNING,
@@ -193,9 +209,9 @@ class Service(abc.ABC):
         exc_info: bool = False,
         **fields: Any,
     ) -> None:
-        if not log.isEnabledFor(level):
+        if not self.logger.isEnabledFor(level):
             return
-        log.log(
+        self.logger.log(
             level,
             msg,
             *args,
