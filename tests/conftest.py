@@ -25,12 +25,13 @@ import socket
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from glob import glob
 from pathlib import Path
 
 import pytest
+
+from soloist.testing.isolated import IsolatedStores
 
 LOCAL_DSNS = ("postgresql://127.0.0.1:5432/test", "postgresql:///test")
 
@@ -148,19 +149,8 @@ def postgres_dsn() -> Iterator[str]:
 def make_postgres_url(postgres_dsn: str) -> Iterator[Callable[[], str]]:
     """Makes store URLs on the session's server, each in a fresh schema (``t_<hex>``);
     every schema made is dropped afterwards."""
-    import psycopg
-    from psycopg import sql
-
-    made: list[str] = []
-
-    def make() -> str:
-        made.append(f"t_{uuid.uuid4().hex}")
-        return f"{postgres_dsn}{'&' if '?' in postgres_dsn else '?'}schema={made[-1]}"
-
-    yield make
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        for name in made:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    with IsolatedStores(postgres_dsn, label="t") as isolated:
+        yield isolated.url
 
 
 @pytest.fixture
@@ -253,20 +243,8 @@ def redis_server() -> Iterator[str]:
 def make_redis_url(redis_server: str) -> Iterator[Callable[[], str]]:
     """Makes store URLs on the session's server, each with a fresh key prefix
     (``t-<hex>``); the keys of every prefix made are deleted afterwards."""
-    import redis
-
-    made: list[str] = []
-
-    def make() -> str:
-        made.append(f"t-{uuid.uuid4().hex}")
-        return f"{redis_server}{'&' if '?' in redis_server else '?'}prefix={made[-1]}"
-
-    yield make
-    with redis.Redis.from_url(redis_server) as client:
-        for prefix in made:
-            keys = list(client.scan_iter(match=f"{{{prefix}}}:*", count=1000))
-            for start in range(0, len(keys), 500):
-                client.delete(*keys[start : start + 500])
+    with IsolatedStores(redis_server, label="t") as isolated:
+        yield isolated.url
 
 
 @pytest.fixture
