@@ -10,8 +10,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# The benchmark (bench/, the package soloist_bench behind `soloist bench`) is installed from
+# the clone beside the library; it is not part of soloist's wheel.
+$(STAMP): $(BIN)/python pyproject.toml bench/pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./bench
 	touch $(STAMP)
 
 install: $(STAMP)

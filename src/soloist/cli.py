@@ -505,8 +505,21 @@ def bench(
     concurrency: int,
     samples: int,
 ) -> None:
-    """Measure executions/s, enqueue rate, lateness and failover (docs/benchmarks.md)."""
-    from soloist.bench import BenchConfig, bench_main, default_store_url
+    """Measure executions/s, enqueue rate, lateness and failover (docs/benchmarks.md).
+    Runs from a clone of the repository, where ``make install`` installs the benchmark."""
+    # The benchmark is not part of the library (not in the wheel): the package
+    # soloist_bench of a clone, imported here only (tests/unit/test_boundaries.py).
+    try:
+        from soloist_bench import BenchConfig, bench_main, default_store_url
+    except ModuleNotFoundError as exc:
+        if exc.name != "soloist_bench":
+            raise
+        click.echo(
+            "error: soloist bench runs from a clone of the soloist repository: there, run "
+            "'make install' (or 'pip install -e ./bench') and then 'soloist bench'",
+            err=True,
+        )
+        raise SystemExit(2) from None
 
     config = BenchConfig(
         stores=list(stores) or [default_store_url()],

@@ -72,3 +72,22 @@ def test_bench_on_redis_measures_with_processes_and_leaves_no_keys(
         assert list(client.scan_iter(match="*soloist-bench-*", count=1000)) == []
     finally:
         client.close()
+
+
+def test_bench_without_a_clone_says_how_to_install_it() -> None:
+    """Where the benchmark package is not installed (soloist from PyPI), ``soloist bench``
+    prints one error line saying how to run it from a clone and exits 2, no traceback."""
+    code = (
+        "import sys\n"
+        "sys.modules['soloist_bench'] = None  # as if not installed: import fails\n"
+        "from soloist.cli import main\n"
+        "main(['bench', '--store', 'memory://'], prog_name='soloist')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "make install" in lines[0] and "pip install -e ./bench" in lines[0]
+    assert done.stdout == ""

@@ -25,34 +25,58 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-#: Tools that talk to a server directly on purpose (the benchmark's raw baselines), and
-#: import its driver inside the function that needs it.
-LAZY_DRIVER_USERS = {"bench.py"}
-
-
-def top_level_modules(path: Path) -> set[str]:
-    """Modules imported by the module body itself (not inside functions)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
-
-
 def test_core_never_imports_a_store_driver() -> None:
-    """Only soloist.stores.* may import a database driver (the benchmark only inside the
-    functions that measure a server directly)."""
+    """Only soloist.stores.* may import a database driver, anywhere in a module."""
     offenders = {}
     for path in SRC.rglob("*.py"):
-        name = str(path.relative_to(SRC))
         if "stores" in path.relative_to(SRC).parts:
             continue
-        found = top_level_modules(path) if name in LAZY_DRIVER_USERS else imported_modules(path)
-        offenders[name] = sorted(found & DRIVERS)
+        offenders[str(path.relative_to(SRC))] = sorted(imported_modules(path) & DRIVERS)
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+BENCH = "soloist_bench"
+
+
+def bench_imports(path: Path) -> list[str]:
+    """Where ``path`` imports the benchmark: ``<module>`` for its body, else the path of
+    the function or class holding the import (``outer.inner``, ``Class.method``)."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, f"{scope}.{child.name}" if scope != "<module>" else child.name)
+                continue
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.level == 0:
+                names = [child.module or ""]
+            else:
+                names = []
+            if any(name.split(".")[0] == BENCH for name in names):
+                found.append(scope)
+            visit(child, scope)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "<module>")
+    return found
+
+
+def test_the_library_never_imports_the_bench() -> None:
+    """The benchmark (soloist_bench, installed from a clone, not in the wheel) is imported
+    by one place of the library: inside the CLI's ``bench`` command, when it runs; never by
+    a module body, and importing soloist and its CLI does not load it."""
+    places = {
+        f"{path.relative_to(SRC)}:{scope}"
+        for path in SRC.rglob("*.py")
+        for scope in bench_imports(path)
+    }
+    assert places == {"cli.py:bench"}
+    code = "import sys, soloist, soloist.cli, soloist.testing; print(*sys.modules)"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert [name for name in loaded if name.split(".")[0] == BENCH] == []
 
 
 def test_schedules_do_no_io() -> None:

@@ -1,0 +1,45 @@
+"""``soloist bench``: throughput and latency of one store, measured the same way each time.
+
+The benchmark lives beside the library, not in it: it is installed from a clone (``make
+install``, or ``pip install -e ./bench``) as the package ``soloist_bench``, which the
+``soloist bench`` command imports when it runs.
+
+Every figure is the median of ``runs`` repetitions, each on fresh data (a new PostgreSQL
+schema, a new SQLite file, a new memory store), and comes with baselines measured in the
+same invocation (store round trips, raw SQL on PostgreSQL, a pure-Python loop) so that
+figures taken on a noisy machine can be compared as ratios. docs/benchmarks.md explains
+the method and the results; bench/README.md says how to rerun.
+
+* **drain**: ``tasks`` no-op tasks (an ``async`` handler returning None) are drained by 1
+  and by 2 worker *processes* (``python -m soloist_bench worker``, each one soloist
+  instance with ``concurrency`` slots). The workers start first and sit idle; then all
+  tasks are inserted, due at once, in one ``occurrence_insert_many``, and the clock starts.
+  The figure is ``tasks / (last finished_at - first started_at)``, both read from the
+  store (the database clock): process start-up and the insert are outside the window.
+* **enqueue**: sequential ``aenqueue`` calls per second (one statement each), and rows per
+  second through ``occurrence_insert_many`` in batches of 1000, including building and
+  validating the rows as ``enqueue`` does.
+* **lateness** on an idle instance (one worker process, default settings): ``samples``
+  tasks due at known instants ``spacing`` apart, inserted in advance (``started_at -
+  due_at``: how precisely the executor's timer fires), and the same number enqueued "now"
+  by this process while the worker idles (``started_at - created_at``: how fast a wake-up
+  crosses processes; LISTEN/NOTIFY on PostgreSQL, the poll interval elsewhere).
+* **failover**: three leader-mode instances (real processes) with the default lease TTL;
+  the seconds from a ``kill -9``, then a SIGTERM, of the leader to the first occurrence
+  started by the next one (:mod:`soloist_bench.failover`).
+
+The modules, by concern: :mod:`~soloist_bench.config` (options and constants),
+:mod:`~soloist_bench.targets` (fresh storage per measurement, from
+:class:`soloist.testing.isolated.IsolatedStores`, and raw connections for the baselines),
+:mod:`~soloist_bench.processes` (the instances under measurement),
+:mod:`~soloist_bench.workloads` and :mod:`~soloist_bench.failover` (the measurements),
+:mod:`~soloist_bench.baselines`, :mod:`~soloist_bench.report` (medians, ratios, the table)
+and :mod:`~soloist_bench.run` (the whole run).
+"""
+
+from __future__ import annotations
+
+from soloist_bench.config import BenchConfig
+from soloist_bench.run import bench_main, default_store_url, run_bench
+
+__all__ = ["BenchConfig", "bench_main", "default_store_url", "run_bench"]

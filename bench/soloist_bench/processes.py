@@ -1,0 +1,127 @@
+"""The instances under measurement: worker processes (``python -m soloist_bench worker``)
+or in-process instances for ``memory://``, and the failover instances (``python -m
+soloist_bench leader``)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from soloist.context import JobContext
+from soloist.scheduler import Scheduler
+from soloist.schedules import every
+from soloist.stores.base import Store
+from soloist_bench.config import FAILOVER_JOB, NOOP, READY_TIMEOUT, noop
+
+__all__ = ["Workers", "leader_main", "worker_main"]
+
+
+class Workers:
+    """``count`` soloist instances serving the benchmark task on ``url``."""
+
+    def __init__(self, url: str, count: int, concurrency: int | None, memory: Store | None):
+        self.url, self.count, self.concurrency, self.memory = url, count, concurrency, memory
+        self.procs: list[asyncio.subprocess.Process] = []
+        self.apps: list[Scheduler] = []
+        # The workers' stderr, shown if one fails to start; open as long as they run,
+        # closed by __aexit__.
+        self._logs = tempfile.TemporaryFile("w+")  # noqa: SIM115
+
+    async def __aenter__(self) -> Workers:
+        if self.memory is not None:  # one process: the instances share the store object
+            for _ in range(self.count):
+                app = Scheduler(self.memory, **_options(self.concurrency))
+                app.task(name=NOOP)(noop)
+                await app.start()
+                self.apps.append(app)
+        else:
+            argv = ["-m", "soloist_bench", "worker", self.url]
+            if self.concurrency is not None:
+                argv += ["--concurrency", str(self.concurrency)]
+            for _ in range(self.count):
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, *argv, stdout=subprocess.PIPE, stderr=self._logs
+                )
+                self.procs.append(proc)
+            for proc in self.procs:
+                await self._ready(proc)
+        await asyncio.sleep(0.3)  # let them reach their idle wait (LISTEN on PostgreSQL)
+        return self
+
+    def wake(self) -> None:
+        """Tell in-process instances that work was inserted behind their back (worker
+        processes learn it from the store, or by polling)."""
+        for app in self.apps:
+            if app.runtime is not None:
+                app.runtime.wake()
+
+    async def _ready(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT)
+        if line.strip() != b"ready":
+            self._logs.seek(0)
+            raise RuntimeError(f"a worker did not start: {self._logs.read()[-2000:]}")
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            for app in self.apps:
+                await app.stop()
+            for proc in self.procs:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in self.procs:
+                try:
+                    await asyncio.wait_for(proc.wait(), 30)
+                except asyncio.TimeoutError:
+                    proc.kill()
+                    await proc.wait()
+        finally:
+            self._logs.close()
+
+
+def _options(concurrency: int | None) -> dict[str, Any]:
+    options: dict[str, Any] = {"grace_period": "5s"}
+    if concurrency is not None:
+        options["concurrency"] = concurrency
+    return options
+
+
+def worker_main(url: str, concurrency: int | None) -> None:
+    """One benchmark worker process: serve the no-op task until SIGTERM. Prints ``ready``
+    once started. Logging stays unconfigured (WARNING and above reach stderr)."""
+    app = Scheduler(url, **_options(concurrency))
+    app.task(name=NOOP)(noop)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await app.start()
+        print("ready", flush=True)
+        await stop.wait()
+        await app.stop()
+
+    asyncio.run(serve())
+
+
+def leader_main(url: str, instance_id: str) -> None:
+    """One failover-measurement instance: leader mode, default lease TTL, a job every
+    second; prints ``ready`` once started, serves until a signal."""
+    app = Scheduler(url, mode="leader", instance_id=instance_id, grace_period="2s")
+
+    @app.job(every("1s"), name=FAILOVER_JOB, overlap="allow", catch_up="all")
+    async def failover_tick(ctx: JobContext) -> None:
+        return None
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await app.start()
+        print("ready", flush=True)
+        await stop.wait()
+        await app.stop()
+
+    asyncio.run(serve())

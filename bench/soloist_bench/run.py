@@ -1,0 +1,131 @@
+"""The whole run: every measurement of every store, repeated, then the table and the
+JSON file."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import platform
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from soloist.stores import open_store
+from soloist_bench.baselines import measure_baseline, server_version
+from soloist_bench.config import LOCAL_POSTGRES, BenchConfig
+from soloist_bench.failover import measure_failover
+from soloist_bench.report import brief, median_of, ratios, table
+from soloist_bench.targets import Target
+from soloist_bench.workloads import measure_drain, measure_enqueue, measure_lateness
+
+__all__ = ["bench_main", "bench_store", "default_store_url", "run_bench"]
+
+
+async def _repeat(
+    config: BenchConfig, name: str, measure: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    runs = []
+    for i in range(config.runs):
+        runs.append(await measure())
+        config.echo(f"  {name} run {i + 1}/{config.runs}: {brief(runs[-1])}")
+        if "skipped" in runs[-1]:
+            break
+    return {**median_of(runs), "runs": runs}
+
+
+async def bench_store(url: str, config: BenchConfig) -> dict[str, Any]:
+    target = Target(url)
+    echo = config.echo
+    echo(f"store {url} ({target.kind})")
+    report: dict[str, Any] = {"store": url, "kind": target.kind}
+    try:
+        report["server_version"] = await server_version(target)
+        report["baseline"] = await _repeat(
+            config, "baseline", lambda: measure_baseline(target, config)
+        )
+        drain: dict[str, Any] = {}
+        for processes in config.processes:
+            if processes > 1 and not target.multiprocess:
+                drain[str(processes)] = {"skipped": f"not meaningful: {url} is one process"}
+                continue
+            drain[str(processes)] = await _repeat(
+                config,
+                f"drain with {processes} worker(s)",
+                functools.partial(measure_drain, target, config, processes),
+            )
+        report["drain"] = drain
+        report["enqueue"] = await _repeat(
+            config, "enqueue", lambda: measure_enqueue(target, config)
+        )
+        report["lateness"] = await _repeat(
+            config, "lateness", lambda: measure_lateness(target, config)
+        )
+        report["failover"] = await _repeat(
+            config, "failover", lambda: measure_failover(target, config)
+        )
+        report["ratios"] = ratios(report)
+    finally:
+        await target.cleanup()
+    return report
+
+
+async def run_bench(config: BenchConfig) -> dict[str, Any]:
+    """Measure every store of ``config``; print a table; write JSON if asked."""
+    started = datetime.now(timezone.utc)
+    result: dict[str, Any] = {
+        "date": started.isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "command": " ".join(["soloist", *sys.argv[1:]]),
+        "settings": {
+            "tasks": config.tasks,
+            "runs": config.runs,
+            "concurrency": config.concurrency,
+            "samples": config.samples,
+            "spacing_s": config.spacing,
+            "enqueue_calls": config.enqueue_calls,
+            "batch": config.batch,
+        },
+        "stores": [await bench_store(url, config) for url in config.stores],
+    }
+    for line in table(result):
+        config.echo(line)
+    return result
+
+
+def bench_main(config: BenchConfig) -> dict[str, Any]:
+    """Run :func:`run_bench` in a new event loop and write the JSON file if asked."""
+    result = asyncio.run(run_bench(config))
+    if config.json_path:
+        Path(config.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        config.echo(f"\nwrote {config.json_path}")
+    return result
+
+
+def default_store_url() -> str:
+    """``SOLOIST_STORE_URL``, else a local PostgreSQL if one answers, else a SQLite file."""
+    explicit = os.environ.get("SOLOIST_STORE_URL")
+    if explicit:
+        return explicit
+
+    async def reachable() -> bool:
+        store = open_store(LOCAL_POSTGRES)
+        try:
+            await asyncio.wait_for(store.now(), 5)
+            return True
+        except Exception:
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                await store.close()
+
+    try:
+        return LOCAL_POSTGRES if asyncio.run(reachable()) else "sqlite:///soloist-bench.db"
+    except Exception:
+        return "sqlite:///soloist-bench.db"
