@@ -109,3 +109,14 @@ async def test_a_store_given_to_the_scheduler_gets_the_checks() -> None:
     with pytest.raises(ConfigError, match="lease_ttl"):
         await store.occurrence_claim("i1", ["t"], 10, timedelta(0))
     await app.aclose()
+
+
+def test_an_unknown_scheme_lists_every_scheme() -> None:
+    """The message names the URL (password masked) and every scheme there is."""
+    from soloist.stores import DRIVERS, open_store
+
+    with pytest.raises(ConfigError) as caught:
+        open_store("mysql://app:secret@db/jobs")
+    message = str(caught.value)
+    assert "'mysql'" in message and "secret" not in message
+    assert all(f"'{scheme}'" in message for scheme in DRIVERS)

@@ -6,6 +6,8 @@ Drivers are imported lazily so that the core never imports one it does not use.
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from datetime import timedelta
 
 from soloist.clock import Clock
@@ -13,24 +15,47 @@ from soloist.errors import ConfigError
 from soloist.stores.base import Store
 from soloist.stores.core import CheckedStore, checked
 from soloist.stores.deadlines import lease_ttl_seconds as lease_seconds
+from soloist.stores.urls import mask_url
 
 DEFAULT_STORE_URL = "sqlite:///soloist.db"
 
 __all__ = ["DEFAULT_STORE_URL", "CheckedStore", "Store", "check_store_url", "checked", "open_store"]
 
 
-SCHEMES = ("sqlite", "memory", "postgresql", "postgres", "redis", "rediss")
+@dataclass(frozen=True)
+class Driver:
+    """Where the driver of a URL scheme lives, imported only when a URL needs it: a class
+    built as ``cls(url, clock=..., lease_ttl=...)``, and the extra that installs what it
+    imports (None: nothing to install). A new store adds one entry to :data:`DRIVERS`."""
+
+    module: str
+    cls: str
+    extra: str | None = None
+    needs: str = ""
+
+
+#: The store of each URL scheme.
+DRIVERS: dict[str, Driver] = {
+    "sqlite": Driver("soloist.stores.sqlite", "SQLiteStore"),
+    "memory": Driver("soloist.stores.memory", "MemoryStore"),
+    "postgresql": Driver("soloist.stores.postgres", "PostgresStore", "postgres", "psycopg 3"),
+    "postgres": Driver("soloist.stores.postgres", "PostgresStore", "postgres", "psycopg 3"),
+    "redis": Driver("soloist.stores.redis", "RedisStore", "redis", "redis-py"),
+    "rediss": Driver("soloist.stores.redis", "RedisStore", "redis", "redis-py"),
+}
+SCHEMES = tuple(DRIVERS)
 
 
 def check_store_url(url: str) -> str:
-    """Return the scheme of ``url``, or raise ConfigError naming it."""
+    """Return the scheme of ``url``, or raise ConfigError naming it and the schemes there
+    are."""
     scheme, sep, _ = url.partition("://")
     if not sep:
         raise ConfigError(f"invalid store URL {url!r}: expected 'sqlite:///path.db' or 'memory://'")
-    if scheme not in SCHEMES:
+    if scheme not in DRIVERS:
+        known = ", ".join(f"'{name}'" for name in DRIVERS)
         raise ConfigError(
-            f"unsupported store URL scheme {scheme!r} in {url!r}: "
-            "expected 'sqlite', 'memory', 'postgresql' or 'redis'"
+            f"unsupported store URL scheme {scheme!r} in {mask_url(url)!r}: expected one of {known}"
         )
     return scheme
 
@@ -45,33 +70,15 @@ def open_store(
     from which its drivers derive their timeouts (call deadlines, keepalives, SQLite's busy
     timeout: see :mod:`soloist.stores.deadlines`), so that a call on a dead connection fails
     within a bound. None (tools, the CLI): keepalives, but no call deadline."""
-    return checked(_driver(url, clock, lease_ttl))
-
-
-def _driver(url: str, clock: Clock | None, lease_ttl: float | timedelta | None) -> Store:
-    scheme = check_store_url(url)
+    driver = DRIVERS[check_store_url(url)]
     lease_seconds(lease_ttl)  # a bad value fails here, for every scheme
-    if scheme == "memory":
-        from soloist.stores.memory import MemoryStore
-
-        return MemoryStore(url, clock=clock)
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from soloist.stores.postgres import PostgresStore
-        except ImportError as exc:
-            raise ConfigError(
-                f"store URL scheme {scheme!r} needs psycopg 3: pip install 'soloist[postgres]' "
-                f"({exc})"
-            ) from None
-        return PostgresStore(url, clock=clock, lease_ttl=lease_ttl)
-    if scheme in ("redis", "rediss"):
-        try:
-            from soloist.stores.redis import RedisStore
-        except ImportError as exc:
-            raise ConfigError(
-                f"store URL scheme {scheme!r} needs redis-py: pip install 'soloist[redis]' ({exc})"
-            ) from None
-        return RedisStore(url, clock=clock, lease_ttl=lease_ttl)
-    from soloist.stores.sqlite import SQLiteStore
-
-    return SQLiteStore(url, clock=clock, lease_ttl=lease_ttl)
+    try:
+        module = importlib.import_module(driver.module)
+    except ImportError as exc:
+        scheme = url.partition("://")[0]
+        raise ConfigError(
+            f"store URL scheme {scheme!r} needs {driver.needs}: "
+            f"pip install 'soloist[{driver.extra}]' ({exc})"
+        ) from None
+    store: Store = getattr(module, driver.cls)(url, clock=clock, lease_ttl=lease_ttl)
+    return checked(store)

@@ -51,7 +51,14 @@ class MemoryStore:
 
     capabilities = Capabilities(reach="process")
 
-    def __init__(self, url: str = "memory://", *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        url: str = "memory://",
+        *,
+        clock: Clock | None = None,
+        lease_ttl: float | timedelta | None = None,
+    ) -> None:
+        """``lease_ttl`` is accepted like every store's, and unused: nothing here can hang."""
         self.url = url
         self._clock: Clock = clock or SystemClock()
         #: The store's clock: it has no other (the core reads ``now`` from it).
