@@ -31,7 +31,9 @@ async def measure_baseline(target: Target, config: BenchConfig) -> dict[str, Any
                     await sql("SELECT 1")
 
                 result["select_1_per_s"] = await _rate(select_one, 1.0)
-                schema = str(getattr(store, "schema", ""))
+                schema = str(getattr(store.driver, "schema", ""))
+                if not schema:
+                    raise RuntimeError(f"no PostgreSQL schema on store {store!r}")
                 result["raw_insert_rows_per_s"] = await _raw_insert_rate(sql, schema, config)
         if target.kind == "redis":
             result["store_round_trips_per_s"] = await _rate(store.now, 1.0)

@@ -20,6 +20,7 @@ from soloist.clock import to_epoch_us
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
 from soloist.models import Outcome, State
 from soloist.stores import open_store
+from soloist.stores.core import checked
 from soloist.stores.sqlite import SQLiteStore, sqlite_path
 from soloist.stores.sqlite.migrations import MIGRATIONS
 from soloist.testing import FakeClock
@@ -319,7 +320,8 @@ async def test_a_write_reads_now_once_it_holds_the_write_lock(tmp_path: Path, wr
     with the store's clock as it was when it got the lock, not when it started waiting;
     an explicit now still wins."""
     clock = FakeClock(T0)
-    store = SQLiteStore(_url(tmp_path / "s.db"), clock=clock)
+    # Through the core, as soloist uses it: the core must leave reading now to the driver.
+    store = checked(SQLiteStore(_url(tmp_path / "s.db"), clock=clock))
     await store.migrate()
     await store.occurrence_insert(new_occurrence("due"))
     held = await claim(store, now=T0) if write == "complete" else []

@@ -46,7 +46,7 @@ class FastInserts(MemoryStore):
         self, item: NewOccurrence, delay: timedelta
     ) -> tuple[object, bool]:
         self.calls += 1
-        due = self.clock.now() + delay
+        due = self._clock.now() + delay
         from dataclasses import replace
 
         return await self.occurrence_insert(replace(item, plan_time=due, due_at=due))
@@ -120,3 +120,23 @@ def test_an_unknown_scheme_lists_every_scheme() -> None:
     message = str(caught.value)
     assert "'mysql'" in message and "secret" not in message
     assert all(f"'{scheme}'" in message for scheme in DRIVERS)
+
+
+class Legacy:
+    """A store written before capabilities: it has the methods, and declares nothing."""
+
+    url = "legacy://"
+
+    async def schema_check(self) -> None:
+        raise AssertionError("called")
+
+    async def occurrence_insert_now(self, item: NewOccurrence, delay: timedelta) -> None:
+        raise AssertionError("called")
+
+
+def test_a_store_that_declares_nothing_offers_the_extras_it_has() -> None:
+    """Without a capabilities attribute, the methods a store has are its extras (a store
+    with schema_check() keeps being checked by the read-only commands)."""
+    found = capabilities_of(Legacy())
+    assert found.checks_schema and found.inserts_at_now and not found.notifies
+    assert capabilities_of(object()) == Capabilities()

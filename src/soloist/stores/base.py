@@ -24,14 +24,15 @@ only translates. The core (:class:`soloist.stores.core.CheckedStore`, applied by
 :func:`soloist.stores.open_store`, by ``Scheduler(store=...)`` and by the conformance
 suite) checks every call before the store sees it, so a store may rely on this:
 
-* every datetime argument, item time and ``now`` is an aware UTC datetime; ``now`` is
-  ``None`` only when the store has no test clock (an attribute ``clock``, None by
-  default), and then means the store's own clock;
+* every datetime argument, item time and ``now`` given is an aware UTC datetime;
+  ``now=None`` means the store's own clock (a test clock given to the store, else the
+  server's), read at the moment of the write: inside the statement, after any lock;
 * lease and election TTLs are positive; ``limit`` is a positive integer; ``tasks`` is a
   non-empty sorted list of distinct names; ``state`` filters are :class:`State` values;
   outcome states are ``succeeded``, ``failed`` or ``dead``;
-* sequences (items of ``occurrence_insert_many``, claims, outcomes, job records) are never
-  empty.
+* the sequences of ``occurrence_insert_many``, ``lease_renew``, ``occurrence_complete``,
+  ``lease_release`` and ``job_upsert`` are never empty (``plan_advance`` may have no
+  items: the cursor still moves).
 
 Extras beyond the protocol (waking idle instances, inserting at the store's now, a
 read-only schema check) are declared by a class attribute ``capabilities``

@@ -1,7 +1,8 @@
 """What a store can do beyond the :class:`~soloist.stores.base.Store` protocol, declared in
 one place.
 
-A store declares its extras with a class attribute ``capabilities``. The core
+A store declares its extras with a class attribute ``capabilities`` (one that declares
+nothing is taken to offer the extras whose methods it has). The core
 (:class:`~soloist.stores.core.CheckedStore`) offers every extra on every store: it calls
 the store's own method when the store declares it, and otherwise falls back to what the
 protocol allows (one more round trip, or nothing to do). A store that declares nothing
@@ -91,9 +92,18 @@ _NEEDS: dict[str, tuple[type, str]] = {
 
 
 def capabilities_of(store: object) -> Capabilities:
-    """What ``store`` declares (nothing, if it has no ``capabilities``); ConfigError if it
-    declares an extra without the method that goes with it."""
-    declared = getattr(store, "capabilities", PLAIN)
+    """What ``store`` declares, or, if it has no ``capabilities`` attribute, the extras whose
+    methods it has; ConfigError if it declares an extra without the method that goes
+    with it."""
+    declared = getattr(store, "capabilities", None)
+    if declared is None:
+        # Nothing declared (a store written before capabilities existed): it offers the
+        # extras whose methods it has.
+        return Capabilities(
+            notifies=isinstance(store, Listens),
+            inserts_at_now=isinstance(store, InsertsAtNow),
+            checks_schema=isinstance(store, ChecksSchema),
+        )
     if not isinstance(declared, Capabilities):
         raise ConfigError(
             f"invalid capabilities {declared!r} of store {store!r}: expected "

@@ -5,10 +5,11 @@ What lives here, once, for every store:
 
 * argument checks: aware datetimes (converted to UTC), positive lease and election TTLs,
   integer limits, outcome states, state filters, task collections, delays;
-* resolving ``now``: a time given by the caller is checked; ``None`` becomes the
-  store's test clock when it has one (its ``clock`` attribute), else stays ``None``, which
-  the driver reads as "the store's own clock" (the database server's, inside the
-  statement, for server stores);
+* resolving ``now``: a time given by the caller is checked and converted to UTC;
+  ``None`` stays ``None`` and means the store's own clock read at the moment of the
+  write, which only the driver can do (inside the statement or script on a server, after
+  the write lock on SQLite): read any earlier, a write that waits for a lock would be
+  stamped with a time from before the wait;
 * empty input: no items, claims, outcomes, records or tasks, or a limit of zero or less,
   answer at once without a round trip;
 * the extras of :mod:`~soloist.stores.core.capabilities`, with a fallback for stores that
@@ -26,7 +27,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import cast
 
-from soloist.clock import Clock
 from soloist.errors import ConfigError
 from soloist.models import (
     Attempt,
@@ -89,17 +89,9 @@ class CheckedStore:
     def __repr__(self) -> str:
         return repr(self.driver)
 
-    @property
-    def clock(self) -> Clock | None:
-        """The clock that replaces the store's own (tests), or None."""
-        clock: Clock | None = getattr(self.driver, "clock", None)
-        return clock
-
-    def _at(self, now: datetime | None) -> datetime | None:
-        if now is not None:
-            return aware_utc(now, "now")
-        clock = self.clock
-        return clock.now() if clock is not None else None
+    @staticmethod
+    def _at(now: datetime | None) -> datetime | None:
+        return aware_utc(now, "now") if now is not None else None
 
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:

@@ -61,8 +61,6 @@ class MemoryStore:
         """``lease_ttl`` is accepted like every store's, and unused: nothing here can hang."""
         self.url = url
         self._clock: Clock = clock or SystemClock()
-        #: The store's clock: it has no other (the core reads ``now`` from it).
-        self.clock: Clock = self._clock
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         self._rows: dict[str, _Row] = {}
@@ -126,7 +124,8 @@ class MemoryStore:
     async def plan_advance(self, advance: PlanAdvance) -> bool:
         job, scope, expected = advance.job, advance.scope, advance.expected_last
         new_last, added_count = advance.new_last, advance.added_count
-        news = [rows.new_occurrence(item, self._clock.now()) for item in advance.items]
+        created = self._clock.now()
+        news = [rows.new_occurrence(item, created) for item in advance.items]
         with self._lock:
             cursor = self._cursors.get((job, scope))
             # Cursors only ever hold a plan time, so "no cursor" and "expected None" agree.

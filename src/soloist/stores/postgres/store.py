@@ -72,8 +72,7 @@ class PostgresStore:
         self.url = url
         self.target = parse_url(url, schema)
         self.schema = self.target.schema
-        #: The clock that replaces the database's (tests), or None.
-        self.clock = clock
+        self._clock = clock
         self._sql = Queries(self.schema)
         self._coord = Coordination(self.schema)
         self._conns = Connections(self.target, deadlines=Deadlines.from_ttl(lease_ttl))
@@ -112,7 +111,7 @@ class PostgresStore:
         """The instant to pass as ``%(now)s``: None lets the database's clock decide."""
         if now is not None:
             return now
-        return self.clock.now() if self.clock is not None else None
+        return self._clock.now() if self._clock is not None else None
 
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
@@ -126,7 +125,7 @@ class PostgresStore:
                 await conn.close()
 
     async def schema_check(self) -> None:
-        """See :class:`soloist.stores.existing.ChecksSchema`: one read of the schema's
+        """The capability ``checks_schema``: one read of the schema's
         version table; a missing schema or table reads as no store."""
         with self._conns.translated():
             conn = await self._conns.connect()
@@ -147,8 +146,8 @@ class PostgresStore:
         await self._conns.close_all()
 
     async def now(self) -> datetime:
-        if self.clock is not None:
-            return self.clock.now()
+        if self._clock is not None:
+            return self._clock.now()
         row = await self._row("SELECT clock_timestamp()", {})
         assert row is not None
         return codec.utc(row[0])

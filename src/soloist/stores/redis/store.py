@@ -65,8 +65,7 @@ class RedisStore:
         deadlines = Deadlines.from_ttl(lease_ttl)
         self.target = parse_url(url).bounded(deadlines)
         self.prefix = self.target.prefix
-        #: The clock that replaces the server's TIME (tests), or None.
-        self.clock = clock
+        self._clock = clock
         self._conns = Connections(self.target, deadlines=deadlines)
         hmax = self.target.history_max
         age = self.target.history_age
@@ -83,7 +82,7 @@ class RedisStore:
         """The instant for a script: the caller's, the given clock's, or '' (server TIME)."""
         if now is not None:
             return codec.us_text(now)
-        return codec.us_text(self.clock.now()) if self.clock is not None else ""
+        return codec.us_text(self._clock.now()) if self._clock is not None else ""
 
     async def _run(self, name: str, now: str, args: Sequence[object]) -> Any:
         common = list(self._common)
@@ -124,7 +123,7 @@ class RedisStore:
             await self._conns.load_scripts()
 
     async def schema_check(self) -> None:
-        """See :class:`soloist.stores.existing.ChecksSchema`: reads ``{prefix}:schema``
+        """The capability ``checks_schema``: reads ``{prefix}:schema``
         (written by :meth:`migrate`); a prefix without it holds no store."""
         with self._conns.translated():
             stored = await self._client().get(self._key("schema"))
@@ -177,8 +176,8 @@ class RedisStore:
         await self._conns.close_all()
 
     async def now(self) -> datetime:
-        if self.clock is not None:
-            return self.clock.now()
+        if self._clock is not None:
+            return self._clock.now()
         with self._conns.translated():
             seconds, micros = await self._client().time()
         return codec.from_us(int(seconds) * 1_000_000 + int(micros))

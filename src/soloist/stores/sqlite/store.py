@@ -83,8 +83,6 @@ class SQLiteStore:
         self.url = url
         self.path = sqlite_path(url)
         self.busy_timeout = min(BUSY_TIMEOUT_S, Deadlines.from_ttl(lease_ttl).busy)
-        #: The clock that replaces the system clock (tests), or None.
-        self.clock = clock
         self._clock: Clock = clock or SystemClock()
         # One thread owns the connection: sqlite3 objects must stay on the thread that made
         # them, and the store must work from whichever event loop calls it.
@@ -158,7 +156,7 @@ class SQLiteStore:
         await self._run(migrations.migrate)
 
     async def schema_check(self) -> None:
-        """See :class:`soloist.stores.existing.ChecksSchema`: a read-only connection of its
+        """The capability ``checks_schema``: a read-only connection of its
         own, so nothing is created (not even the file)."""
         await asyncio.to_thread(existing.check_schema, self.path)
 
