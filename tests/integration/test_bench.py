@@ -91,3 +91,20 @@ def test_bench_without_a_clone_says_how_to_install_it() -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert "make install" in lines[0] and "pip install -e ./bench" in lines[0]
     assert done.stdout == ""
+
+
+async def test_bench_baselines_on_postgres_measure_the_raw_server(postgres_dsn: str) -> None:
+    """The PostgreSQL baselines (round trips, SELECT 1, raw inserts in the bench's fresh
+    schema) run through the store the bench opens, whatever wraps its driver."""
+    from soloist_bench.baselines import measure_baseline
+    from soloist_bench.config import BenchConfig
+    from soloist_bench.targets import Target
+
+    target = Target(postgres_dsn)
+    config = BenchConfig(stores=[postgres_dsn], tasks=200, batch=100)
+    try:
+        figures = await measure_baseline(target, config)
+    finally:
+        await target.cleanup()
+    assert figures["raw_insert_rows_per_s"] > 0
+    assert figures["select_1_per_s"] > 0 and figures["store_round_trips_per_s"] > 0
