@@ -19,8 +19,22 @@ class ScheduleError(ConfigError):
     """A schedule definition is not valid."""
 
 
-class UnknownTaskError(SoloistError, LookupError):
-    """A task or job name is not registered."""
+class NotFoundError(SoloistError, LookupError):
+    """What a call names does not exist: a task, a job or an occurrence (HTTP 404). Catch
+    this to handle any of the three."""
+
+
+class UnknownTaskError(NotFoundError):
+    """A task name is not registered (or names a scheduled job's handler, which
+    ``enqueue`` cannot queue)."""
+
+
+class UnknownJobError(NotFoundError):
+    """A job name is neither defined in code nor stored as a dynamic schedule."""
+
+
+class UnknownOccurrenceError(NotFoundError):
+    """An occurrence id is not in the store."""
 
 
 class DuplicateJobError(ConfigError):

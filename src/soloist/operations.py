@@ -18,6 +18,8 @@ from soloist.errors import (
     PayloadError,
     SoloistError,
     StateConflictError,
+    UnknownJobError,
+    UnknownOccurrenceError,
     UnknownTaskError,
 )
 from soloist.models import (
@@ -194,7 +196,7 @@ class Operations:
             # Not defined in this process (the CLI, a dynamic schedule): use the record.
             record = await store.job_get(job)
             if record is None:
-                raise UnknownTaskError(f"unknown job {job!r}: expected a registered job name")
+                raise UnknownJobError(f"unknown job {job!r}: expected a registered job name")
             defn = JobDef.from_stored(record.name, record.task, record.schedule, record.payload)
             max_attempts = int(record.schedule.get("max_attempts", 1))
             max_crashes = int(record.schedule.get("max_crashes", DEFAULT_MAX_CRASHES))
@@ -225,7 +227,7 @@ class Operations:
         store = await self._store()
         occ = await store.occurrence_get(occurrence_id)
         if occ is None:
-            raise UnknownTaskError(
+            raise UnknownOccurrenceError(
                 f"unknown occurrence {occurrence_id!r}: expected an id from 'soloist history'"
             )
         if occ.state is not State.DEAD:
@@ -268,7 +270,7 @@ class Operations:
             # has started yet (job_upsert keeps an existing pause flag).
             await store.job_upsert([r for r in self.registry.job_records() if r.name == job])
         if not await store.job_set_paused(job, paused):
-            raise UnknownTaskError(f"unknown job {job!r}: expected a registered job name")
+            raise UnknownJobError(f"unknown job {job!r}: expected a registered job name")
         self._wake()
 
     async def history(
@@ -290,7 +292,7 @@ class Operations:
         store = await self._store()
         occ = await store.occurrence_get(occurrence_id)
         if occ is None:
-            raise UnknownTaskError(
+            raise UnknownOccurrenceError(
                 f"unknown occurrence {occurrence_id!r}: expected an id from 'soloist history'"
             )
         return occ, await store.occurrence_attempts(occurrence_id)

@@ -24,6 +24,7 @@ from soloist import (
     ScheduleError,
     Scheduler,
     SoloistError,
+    UnknownJobError,
     UnknownTaskError,
     at,
     cron,
@@ -241,9 +242,9 @@ BAD_CALLS = {
         "enqueue", ("hello",), "12345", ConfigError, {"to": "x", "at": 12345}
     ),
     "enqueue-empty-key": BadCall("enqueue", ("hello",), "''", ConfigError, {"to": "x", "key": ""}),
-    "pause-unknown-job": BadCall("pause", ("no_such_job",), "no_such_job", UnknownTaskError),
-    "resume-unknown-job": BadCall("resume", ("no_such_job",), "no_such_job", UnknownTaskError),
-    "trigger-unknown-job": BadCall("trigger", ("no_such_job",), "no_such_job", UnknownTaskError),
+    "pause-unknown-job": BadCall("pause", ("no_such_job",), "no_such_job", UnknownJobError),
+    "resume-unknown-job": BadCall("resume", ("no_such_job",), "no_such_job", UnknownJobError),
+    "trigger-unknown-job": BadCall("trigger", ("no_such_job",), "no_such_job", UnknownJobError),
     "history-bad-state": BadCall("history", (), "finished", ConfigError, {"state": "finished"}),
     "history-bad-limit": BadCall("history", (), "limit 0", ConfigError, {"limit": 0}),
     "schedule-unknown-task": schedule_add("no_such_task", UnknownTaskError, task="no_such_task"),
@@ -397,6 +398,7 @@ def test_public_names_are_pinned() -> None:
         "DuplicateJobError",
         "JobContext",
         "LeaseLostError",
+        "NotFoundError",
         "Occurrence",
         "PayloadError",
         "Schedule",
@@ -406,6 +408,8 @@ def test_public_names_are_pinned() -> None:
         "State",
         "StoreError",
         "StoreUnavailableError",
+        "UnknownJobError",
+        "UnknownOccurrenceError",
         "UnknownTaskError",
         "__version__",
         "at",
@@ -417,6 +421,16 @@ def test_public_names_are_pinned() -> None:
         assert hasattr(soloist, name), name
 
 
+def test_unknown_tasks_jobs_and_occurrences_are_distinct_lookup_errors() -> None:
+    """An unknown task, job and occurrence each have their own error, all three caught by
+    NotFoundError (and LookupError); a job is not a task."""
+    lookups = (soloist.UnknownTaskError, soloist.UnknownJobError, soloist.UnknownOccurrenceError)
+    for error in lookups:
+        assert issubclass(error, soloist.NotFoundError) and issubclass(error, LookupError)
+    assert not issubclass(soloist.UnknownJobError, soloist.UnknownTaskError)
+    assert not issubclass(soloist.UnknownOccurrenceError, soloist.UnknownTaskError)
+
+
 def test_every_public_error_is_a_soloist_error() -> None:
     """Each exception class soloist exports derives from SoloistError (one except clause)."""
     errors = [
@@ -425,5 +439,5 @@ def test_every_public_error_is_a_soloist_error() -> None:
         if isinstance(getattr(soloist, name), type)
         and issubclass(getattr(soloist, name), BaseException)
     ]
-    assert len(errors) == 9
+    assert len(errors) == 12
     assert all(issubclass(error, SoloistError) for error in errors)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from soloist import Scheduler, every
-from soloist.errors import StateConflictError, UnknownTaskError
+from soloist.errors import StateConflictError, UnknownOccurrenceError
 from soloist.models import ErrorCode, Outcome, Overlap, State
 from soloist.stores.memory import MemoryStore
 from soloist.stores.urls import mask_url
@@ -52,7 +52,7 @@ async def test_retry_of_a_live_or_unknown_occurrence_is_refused() -> None:
     scheduled = await app.aenqueue("send", to="x")
     with pytest.raises(StateConflictError, match="is scheduled: only dead occurrences"):
         await app.aretry(scheduled)
-    with pytest.raises(UnknownTaskError, match="'nope'"):
+    with pytest.raises(UnknownOccurrenceError, match="'nope'"):
         await app.aretry("nope")
 
 

@@ -30,10 +30,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from soloist.errors import (
     ConfigError,
+    NotFoundError,
     SoloistError,
     StateConflictError,
     StoreError,
-    UnknownTaskError,
 )
 from soloist.metrics import CONTENT_TYPE_LATEST
 
@@ -134,7 +134,7 @@ def guarded(endpoint: Endpoint) -> Endpoint:
             return await asyncio.wait_for(endpoint(request), READ_TIMEOUT)
         except asyncio.TimeoutError:
             return error(503, f"the store did not answer within {READ_TIMEOUT:g}s")
-        except UnknownTaskError as exc:
+        except NotFoundError as exc:
             return error(404, str(exc))
         except StateConflictError as exc:
             return error(409, str(exc))
