@@ -8,18 +8,15 @@
 from __future__ import annotations
 
 import asyncio
-import atexit
-import contextlib
 import dataclasses
 import logging
-import os
 import signal
 import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from soloist import logs
-from soloist._portal import Portal
+from soloist.bridge import StoreBridge, sync_twin
 from soloist.clock import Clock, SystemClock
 from soloist.config import MODES, Config
 from soloist.errors import ConfigError, SoloistError
@@ -34,23 +31,20 @@ from soloist.registry import (
     ScopeProvider,
     TaskDef,
     build_task,
-    check_name,
 )
 from soloist.runtime import Runtime
 from soloist.runtime.elector import LeadershipCallback
 from soloist.runtime.health import Health
 from soloist.schedules import Schedule
-from soloist.stores import check_store_url, open_store
+from soloist.stores import check_store_url
 from soloist.stores.base import Store
-from soloist.stores.core import CheckedStore, checked
-from soloist.stores.existing import require_schema
+from soloist.stores.core import CheckedStore
 from soloist.stores.urls import mask_url
 
 if TYPE_CHECKING:
     from soloist.http.server import HttpServer
 
 log = logging.getLogger("soloist")
-T = TypeVar("T")
 F = TypeVar("F", bound=Handler)
 L = TypeVar("L", bound=LeadershipCallback)
 #: The ``/status`` fields about the runtime's own state, before it runs.
@@ -106,29 +100,19 @@ class Scheduler:
         #: This instance's Prometheus metrics (served by ``GET /metrics``).
         self.metrics = Metrics(self.config.instance_id, self.config.mode)
         self._http: HttpServer | None = None
-        # A store given here gets the core's checks like one opened from a URL.
-        self._given_store = checked(store) if isinstance(store, Store) else None
-        #: SOLOIST_STORE_URL when it differs from the store given here (which wins): logged
-        #: as a WARNING when the store is first opened (see :meth:`_store_warnings`).
-        self._env_store = _other_env_store(url)
-        self._store_warned = False
-        self._migrate = migrate
-        self._store: CheckedStore | None = None
-        self._store_ready = False
+        self._bridge = StoreBridge(
+            lambda: self.config,
+            given=store if isinstance(store, Store) else None,
+            given_url=url,
+            migrate=migrate,
+        )
         self.registry = Registry()
-        self.ops = Operations(self._ready_store, self.registry, self._wake)
+        self.ops = Operations(self._bridge.store, self.registry, self._wake)
         self.schedules = Schedules(self)
         self._runtime: Runtime | None = None
         self._on_elected: list[LeadershipCallback] = []
         self._on_demoted: list[LeadershipCallback] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
-        # Sync calls made while no scheduler loop runs go to a portal: a private loop in a
-        # daemon thread with a store of its own that stays open between calls.
-        self._portal: Portal | None = None
-        self._portal_store: CheckedStore | None = None
-        self._portal_store_lock = asyncio.Lock()
-        self._portal_lock = threading.Lock()
         self._handler_wrappers: list[Callable[[Handler], Handler]] = []
 
     # -- definitions --------------------------------------------------------------------------
@@ -253,7 +237,7 @@ class Scheduler:
             fn = wrapper(fn)
         return task if fn is task.fn else dataclasses.replace(task, fn=fn)
 
-    # -- operations (async, then sync twins) ---------------------------------------------------
+    # -- operations (async; each sync twin is built from it by sync_twin) ----------------------
     async def aenqueue(
         self,
         task: str | Callable[..., Any],
@@ -269,18 +253,7 @@ class Scheduler:
         occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key)
         return occ.id
 
-    def enqueue(
-        self,
-        task: str | Callable[..., Any],
-        /,
-        *,
-        delay: object = None,
-        at: object = None,
-        key: str | None = None,
-        **payload: Any,
-    ) -> str:
-        """Sync twin of :meth:`aenqueue` (e.g. from a Django view)."""
-        return self._call(self.aenqueue(task, delay=delay, at=at, key=key, **payload))
+    enqueue = sync_twin(aenqueue)
 
     async def aenqueue_many(
         self,
@@ -295,65 +268,51 @@ class Scheduler:
         many. All payloads are validated before any is written."""
         return await self.ops.enqueue_many(task, payloads, delay=delay, batch=batch)
 
-    def enqueue_many(
-        self,
-        task: str | Callable[..., Any],
-        payloads: Iterable[dict[str, Any]],
-        /,
-        *,
-        delay: object = None,
-        batch: int = 1000,
-    ) -> int:
-        """Sync twin of :meth:`aenqueue_many`."""
-        return self._call(self.aenqueue_many(task, payloads, delay=delay, batch=batch))
+    enqueue_many = sync_twin(aenqueue_many)
 
     async def atrigger(self, job: str) -> str:
+        """Run ``job`` once now; returns the occurrence id."""
         return (await self.ops.trigger(job)).id
 
-    def trigger(self, job: str) -> str:
-        """Run ``job`` once now; returns the occurrence id."""
-        return self._call(self.atrigger(job))
+    trigger = sync_twin(atrigger)
 
     async def apause(self, job: str) -> None:
+        """Stop planning ``job`` on every instance (instants while paused are skipped)."""
         await self.ops.set_paused(job, True)
 
-    def pause(self, job: str) -> None:
-        """Stop planning ``job`` on every instance (instants while paused are skipped)."""
-        self._call(self.apause(job))
+    pause = sync_twin(apause)
 
     async def aresume(self, job: str) -> None:
+        """Plan ``job`` again on every instance, from now on."""
         await self.ops.set_paused(job, False)
 
-    def resume(self, job: str) -> None:
-        self._call(self.aresume(job))
+    resume = sync_twin(aresume)
 
     async def ahistory(
         self, job: str | None = None, state: str | State | None = None, limit: int = 100
     ) -> list[Occurrence]:
+        """The audit history, newest plan time first."""
         return await self.ops.history(job, state, limit)
 
-    def history(
-        self, job: str | None = None, state: str | State | None = None, limit: int = 100
-    ) -> list[Occurrence]:
-        """The audit history, newest plan time first."""
-        return self._call(self.ahistory(job, state, limit))
+    history = sync_twin(ahistory)
 
     async def aattempts(self, occurrence_id: str) -> tuple[Occurrence, list[Attempt]]:
+        """An occurrence and the audit log of each of its attempts (who, when, why)."""
         return await self.ops.attempts(occurrence_id)
 
-    def attempts(self, occurrence_id: str) -> tuple[Occurrence, list[Attempt]]:
-        """An occurrence and the audit log of each of its attempts (who, when, why)."""
-        return self._call(self.aattempts(occurrence_id))
+    attempts = sync_twin(aattempts)
 
     async def aretry(self, occurrence_id: str) -> str:
-        return (await self.ops.retry(occurrence_id)).id
-
-    def retry(self, occurrence_id: str) -> str:
         """Run a ``dead`` occurrence again: a new occurrence due now, with the same job,
         scope and payload; returns its id (the same one if retried before)."""
-        return self._call(self.aretry(occurrence_id))
+        return (await self.ops.retry(occurrence_id)).id
+
+    retry = sync_twin(aretry)
 
     async def astatus(self) -> dict[str, Any]:
+        """This instance, the leader and its epoch, the live instances and every job with
+        its next plan time and last outcome (what ``GET /status`` and ``soloist status``
+        show)."""
         runtime = self._runtime
         cluster = await self.ops.cluster(self.config.election)
         return {
@@ -368,17 +327,13 @@ class Scheduler:
             **(runtime.report() if runtime is not None else NOT_RUNNING),
         }
 
+    status = sync_twin(astatus)
+
     def health(self) -> Health:
         """What makes this instance not ready besides an unreachable store (problems:
         ``GET /readyz`` answers 503), and what an operator should know (warnings): sync
         handler threads leaked by timeouts at their bound, a store that lost its data."""
         return self._runtime.health() if self._runtime is not None else Health()
-
-    def status(self) -> dict[str, Any]:
-        """This instance, the leader and its epoch, the live instances and every job with
-        its next plan time and last outcome (what ``GET /status`` and ``soloist status``
-        show)."""
-        return self._call(self.astatus())
 
     # -- leadership -----------------------------------------------------------------------------
     @property
@@ -427,7 +382,7 @@ class Scheduler:
         """Replace the store URL, instance id or mode given to ``Scheduler(...)``, before
         it starts (what explicit ``soloist run --store/--instance-id/--mode`` options do
         to an app that was imported first). The metrics follow the new identity."""
-        if self._runtime is not None or self._loop is not None:
+        if self._runtime is not None or self._bridge.loop is not None:
             raise SoloistError(
                 f"scheduler {self.instance_id!r} has started: reconfigure it before start()"
             )
@@ -438,13 +393,7 @@ class Scheduler:
         config = self.config
         if store is not None and store != config.store_url:
             check_store_url(store)
-            if self._store is not None or self._portal_store is not None:
-                raise SoloistError(
-                    f"cannot move scheduler {self.instance_id!r} to store {mask_url(store)}: "
-                    f"{mask_url(config.store_url)} is open already (a call was made before)"
-                )
-            self._given_store = None
-            self._env_store = _other_env_store(store)
+            self._bridge.move(store, self.instance_id)
             config = dataclasses.replace(config, store_url=store)
         config = dataclasses.replace(
             config, instance_id=instance_id or config.instance_id, mode=mode or config.mode
@@ -461,8 +410,8 @@ class Scheduler:
         processes run the workers. :meth:`stop` closes the store either way."""
         if self._runtime is not None:
             return
-        store = await self._ready_store()
-        self._loop = asyncio.get_running_loop()
+        store = await self._bridge.store()
+        self._bridge.loop = asyncio.get_running_loop()
         if not workers:
             return
         if self.config.http is not None and self._http is None:
@@ -505,14 +454,13 @@ class Scheduler:
         runtime, self._runtime = self._runtime, None
         if runtime is not None:
             await runtime.stop()
-        self._loop = None
+        self._bridge.loop = None
         await self.aclose()
 
     async def aclose(self) -> None:
-        store, self._store = self._store, None
-        self._store_ready = False
-        if store is not None and store is not self._given_store:
-            await store.close()
+        """Close the store opened in the running loop (not a store given to
+        ``Scheduler(...)``, which stays the caller's). Safe twice; :meth:`stop` calls it."""
+        await self._bridge.aclose()
 
     async def serve(self, *, handle_signals: bool = False) -> None:
         """Run until cancelled or :meth:`request_stop`; then stop gracefully."""
@@ -547,125 +495,17 @@ class Scheduler:
 
     async def astore(self) -> CheckedStore:
         """The store, opened (and migrated) on first use, in the running event loop."""
-        return await self._ready_store()
-
-    # -- plumbing -----------------------------------------------------------------------------
-    async def _ready_store(self) -> CheckedStore:
-        portal = self._portal
-        if (
-            portal is not None
-            and asyncio.get_running_loop() is portal.loop
-            and self._own_portal_store
-        ):
-            return await self._ready_portal_store()
-        if self._store is None:
-            self._store = self._given_store or self._open_store()
-        if not self._store_ready:
-            await self._prepare(self._store)
-            self._store_ready = True
-        return self._store
-
-    async def _prepare(self, store: Store) -> None:
-        """Migrate ``store``, or with ``migrate=False`` check its schema, creating nothing."""
-        self._store_warnings()
-        if self._migrate:
-            await store.migrate()
-        else:
-            await require_schema(store)
-
-    def _store_warnings(self) -> None:
-        """Once, when the store is first opened: a WARNING when the store given to the
-        constructor (or by ``soloist run --store``) is not SOLOIST_STORE_URL. An argument
-        wins over the environment, so a pod whose app names a store of its own ignores the
-        store its deployment gives it: every pod would run every job on a file of its own."""
-        if self._store_warned or self._env_store is None:
-            return
-        self._store_warned = True
-        used = mask_url(self.config.store_url)
-        log.warning(
-            "store %s given to Scheduler() differs from SOLOIST_STORE_URL=%s: using %s (an "
-            "argument wins over the environment); build Scheduler() without a store to use "
-            "the environment, or give soloist run --store",
-            used,
-            mask_url(self._env_store),
-            used,
-            extra={"action": "store_conflict"},
-        )
-
-    def _open_store(self) -> CheckedStore:
-        # The drivers derive their timeouts from the lease TTL (soloist.stores.deadlines).
-        return open_store(self.config.store_url, clock=None, lease_ttl=self.config.lease_ttl)
-
-    @property
-    def _own_portal_store(self) -> bool:
-        # A memory store *is* the data and a given store is the caller's: both are shared.
-        return self._given_store is None and not self.config.store_url.startswith("memory:")
-
-    async def _ready_portal_store(self) -> CheckedStore:
-        async with self._portal_store_lock:
-            if self._portal_store is None:
-                store = self._open_store()
-                try:
-                    await self._prepare(store)
-                except BaseException:
-                    await store.close()
-                    raise
-                self._portal_store = store
-            return self._portal_store
-
-    def _wake(self) -> None:
-        if self._runtime is not None:
-            self._runtime.wake()
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a short operation from sync code: on the scheduler's loop if it runs in
-        another thread, else on the portal (a private loop in a daemon thread)."""
-        loop = self._loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not None:
-            coro.close()
-            raise SoloistError(
-                "this sync call was made inside a running event loop; use its async twin "
-                "(aenqueue, atrigger, apause, aresume, aretry, ahistory, astatus, ...)"
-            )
-        if loop is not None and loop.is_running():
-            return asyncio.run_coroutine_threadsafe(coro, loop).result()
-        return self._ready_portal().call(coro)
-
-    def _ready_portal(self) -> Portal:
-        with self._portal_lock:
-            portal = self._portal
-            if portal is None or not portal.usable:
-                if portal is None:
-                    atexit.register(self.close)
-                # After a fork the parent's store connections are not ours to close.
-                self._portal_store = None
-                self._portal_store_lock = asyncio.Lock()
-                portal = self._portal = Portal()
-            return portal
+        return await self._bridge.store()
 
     def close(self) -> None:
         """Close what sync calls opened (the portal's store and thread). Safe twice; called
         at interpreter exit. A running scheduler is stopped by :meth:`stop`, not this."""
-        with self._portal_lock:
-            portal, self._portal = self._portal, None
-            store, self._portal_store = self._portal_store, None
-        if portal is None or not portal.usable:
-            return
-        if store is not None:
-            with contextlib.suppress(Exception):
-                portal.call(store.close())
-        portal.close()
+        self._bridge.close()
 
-
-def _other_env_store(given: str | None) -> str | None:
-    """SOLOIST_STORE_URL if it is set and differs from the store URL ``given`` to a
-    Scheduler (None when no URL was given: the environment is used)."""
-    env = os.environ.get("SOLOIST_STORE_URL")
-    return env if given is not None and env and env != given else None
+    # -- plumbing -----------------------------------------------------------------------------
+    def _wake(self) -> None:
+        if self._runtime is not None:
+            self._runtime.wake()
 
 
 class Schedules:
@@ -673,11 +513,9 @@ class Schedules:
 
     def __init__(self, app: Scheduler) -> None:
         self._app = app
+        self._bridge = app._bridge
 
-    async def aadd(self, name: str, **options: Any) -> JobRecord:
-        return await self._app.ops.schedule_add(name, **options)
-
-    def add(
+    async def aadd(
         self,
         name: str,
         *,
@@ -692,36 +530,36 @@ class Schedules:
         catch_up_window: object = None,
     ) -> JobRecord:
         """Store a schedule that runs ``task`` with ``payload``; every instance plans it."""
-        check_name(name, "schedule name")
-        return self._app._call(
-            self.aadd(
-                name,
-                task=task,
-                schedule=schedule,
-                payload=payload,
-                end=end,
-                max_runs=max_runs,
-                metadata=metadata,
-                overlap=overlap,
-                catch_up=catch_up,
-                catch_up_window=catch_up_window,
-            )
+        return await self._app.ops.schedule_add(
+            name,
+            task=task,
+            schedule=schedule,
+            payload=payload,
+            end=end,
+            max_runs=max_runs,
+            metadata=metadata,
+            overlap=overlap,
+            catch_up=catch_up,
+            catch_up_window=catch_up_window,
         )
 
+    add = sync_twin(aadd)
+
     async def aget(self, name: str) -> JobRecord | None:
+        """The dynamic schedule ``name``, or None (a job defined in code is not one)."""
         return await self._app.ops.schedule_get(name)
 
-    def get(self, name: str) -> JobRecord | None:
-        return self._app._call(self.aget(name))
+    get = sync_twin(aget)
 
     async def adelete(self, name: str) -> bool:
+        """Delete the dynamic schedule ``name``; False if there is none (a job defined in
+        code is never deleted)."""
         return await self._app.ops.schedule_delete(name)
 
-    def delete(self, name: str) -> bool:
-        return self._app._call(self.adelete(name))
+    delete = sync_twin(adelete)
 
     async def alist(self) -> list[JobRecord]:
+        """Every dynamic schedule."""
         return await self._app.ops.schedule_list()
 
-    def list(self) -> list[JobRecord]:
-        return self._app._call(self.alist())
+    list = sync_twin(alist)

@@ -81,7 +81,7 @@ def make_app(clock: FakeClock, store: CountingStore, iid: str, **options: Any) -
 
 async def started(app: Scheduler) -> Runtime:
     """A runtime whose services are built but not looping: the test calls tick()."""
-    store = await app._ready_store()
+    store = await app.astore()
     runtime = Runtime(store, app.registry, app.config, app.clock)
     await runtime.register()
     return runtime

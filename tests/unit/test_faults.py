@@ -86,7 +86,7 @@ def make_app(clock: FakeClock, store: Any, iid: str = "a", **options: Any) -> Sc
 
 
 async def started(app: Scheduler) -> Runtime:
-    store = await app._ready_store()
+    store = await app.astore()
     runtime = Runtime(store, app.registry, app.config, app.clock)
     await runtime.register()
     return runtime

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import soloist.scheduler
+import soloist.bridge
 from soloist import JobContext, Scheduler
 from soloist.stores import open_store
 from soloist.stores.base import Store
@@ -23,7 +23,7 @@ def make_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Scheduler
         opened.append(store)
         return store
 
-    monkeypatch.setattr(soloist.scheduler, "open_store", counting_open)
+    monkeypatch.setattr(soloist.bridge, "open_store", counting_open)
     app = Scheduler(f"sqlite:///{tmp_path / 'x.db'}")
 
     @app.task
@@ -46,7 +46,7 @@ def test_sync_enqueues_from_many_threads_share_one_open_store(
         assert len(app.history("greet", limit=1000)) == 80
         assert len(opened) == 1
     finally:
-        portal = app._portal
+        portal = app._bridge.portal
         app.close()
     assert portal is not None and not portal.usable, "close() left the portal thread running"
 

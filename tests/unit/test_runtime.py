@@ -25,7 +25,7 @@ def make_app(clock: FakeClock, store: MemoryStore, iid: str, **options: object) 
 
 async def started(app: Scheduler) -> Runtime:
     """A runtime whose services are built but not looping: tests call tick() themselves."""
-    store = await app._ready_store()
+    store = await app.astore()
     runtime = Runtime(store, app.registry, app.config, app.clock)
     await runtime.register()
     return runtime

@@ -102,7 +102,7 @@ async def test_the_executor_keeps_lease_deadlines_on_the_injected_clock(
 ) -> None:
     """A run's lease deadline is read from the bundle's clock: once the FakeClock passes it,
     check_leases() gives the lease up and cancels the async handler, with no real waiting."""
-    executor = executor_alone(clock, app, await app._ready_store())
+    executor = executor_alone(clock, app, await app.astore())
     run, _gate = await claim_gated(app, executor)
     assert run.lease_deadline == clock.monotonic() + TRUSTED
 
@@ -123,7 +123,7 @@ async def test_the_heartbeater_wakes_at_the_lease_deadline_of_the_injected_clock
 ) -> None:
     """While renewals fail, the heartbeater's next wake is the run's lease deadline measured
     on the FakeClock (not its 3 s beat), and its tick at that deadline loses the lease."""
-    store = await app._ready_store()
+    store = await app.astore()
     executor = executor_alone(clock, app, store)
     heartbeater = Heartbeater(ServiceBundle(clock, "a"), executor, BEAT)
     run, _gate = await claim_gated(app, executor)
@@ -145,7 +145,7 @@ async def test_a_running_heartbeater_loses_a_lease_when_the_fake_clock_passes_it
 ) -> None:
     """The heartbeater's loop sleeps on the FakeClock and measures leases on it: moving the
     fake time 8 s cancels the handler at once (real time could not: the test allows 5 s)."""
-    store = await app._ready_store()
+    store = await app.astore()
     executor = executor_alone(clock, app, store)
     heartbeater = Heartbeater(ServiceBundle(clock, "a"), executor, BEAT)
     run, _gate = await claim_gated(app, executor)
@@ -179,7 +179,7 @@ async def test_a_service_built_without_metrics_counts_into_no_metrics(
     records a handler (no service checks for missing metrics)."""
     bundle = ServiceBundle(clock, "a")
     assert bundle.metrics is NO_METRICS
-    executor = executor_alone(clock, app, await app._ready_store())
+    executor = executor_alone(clock, app, await app.astore())
     occ_id = await app.aenqueue("quick")
     await executor.tick()
     await ended(executor.active[occ_id])
@@ -190,7 +190,7 @@ async def test_a_service_built_without_metrics_counts_into_no_metrics(
 async def test_the_runtime_gives_every_service_one_bundle(clock: FakeClock, app: Scheduler) -> None:
     """The Runtime builds one bundle (its clock, instance id and metrics) and every
     service, and the store recovery, uses it."""
-    runtime = Runtime(await app._ready_store(), app.registry, app.config, clock)
+    runtime = Runtime(await app.astore(), app.registry, app.config, clock)
     bundle = runtime.bundle
     assert (bundle.clock, bundle.instance_id, bundle.metrics) == (clock, "a", runtime.metrics)
     assert all(service.bundle is bundle for service in runtime.services())
