@@ -16,6 +16,7 @@ from soloist import ConfigError, Scheduler, every
 from soloist.errors import LeaseLostError, StoreUnavailableError
 from soloist.models import Claimed, Outcome, State
 from soloist.runtime import Runtime
+from soloist.runtime.service import ServiceBundle
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
 
@@ -535,7 +536,8 @@ async def test_one_late_outcome_does_not_shrink_the_whole_batch_deadline(
     claimed = await inner.occurrence_claim(
         "a", ["t"], 5, __import__("datetime").timedelta(seconds=9)
     )
-    completer = Completer(store, "a", monotonic=clock.monotonic, call_timeout=3.0)  # type: ignore[arg-type]
+    bundle = ServiceBundle(clock, "a")
+    completer = Completer(bundle, store, call_timeout=3.0)  # type: ignore[arg-type]
     now = clock.monotonic()
     outs = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in claimed]
     deadlines = [now - 0.5] + [now + 8] * 4  # the first one's local lease just passed

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from soloist.models import Outcome
-from soloist.runtime.service import cancel_requested
+from soloist.runtime.service import ServiceBundle, cancel_requested
 from soloist.stores.base import Store
 
 #: Most outcomes per store call: bounds the statement size and one call's latency.
@@ -65,16 +65,16 @@ class Completer:
 
     def __init__(
         self,
+        bundle: ServiceBundle,
         store: Store,
-        instance_id: str,
         *,
-        monotonic: Callable[[], float],
         call_timeout: float,
         max_batch: int = MAX_BATCH,
     ) -> None:
         self.store = store
-        self.instance_id = instance_id
-        self.monotonic = monotonic
+        self.instance_id = bundle.instance_id
+        #: Deadlines are on the instance's clock (a FakeClock in tests).
+        self.monotonic = bundle.clock.monotonic
         #: Longest wait for one store call (a hung connection must not hold outcomes).
         self.call_timeout = call_timeout
         self.max_batch = max_batch

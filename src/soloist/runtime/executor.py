@@ -109,9 +109,7 @@ class Executor(Service):
         self.active: dict[str, Run] = {}
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker", clock=self.clock)
-        self.completer = Completer(
-            store, self.instance_id, monotonic=self.clock.monotonic, call_timeout=self.call_timeout
-        )
+        self.completer = Completer(bundle, store, call_timeout=self.call_timeout)
         self.counts = {
             state: 0
             for state in ("succeeded", "failed", "dead", "fenced", "lease_lost", "unrecorded")
