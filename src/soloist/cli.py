@@ -31,7 +31,7 @@ from soloist import logs
 from soloist.config import parse_http_address
 from soloist.errors import ConfigError, SoloistError, StoreError, StoreUnavailableError
 from soloist.models import JobRecord
-from soloist.operations import job_json
+from soloist.reports import job_json
 from soloist.scheduler import Scheduler
 from soloist.stores import DEFAULT_STORE_URL, open_store
 from soloist.stores.base import Store

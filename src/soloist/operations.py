@@ -1,6 +1,7 @@
-"""Short operations on the shared store: enqueue, trigger, pause, resume, dynamic
-schedules, history. Async is the source of truth; :class:`soloist.Scheduler` offers each
-as a sync call too."""
+"""Short operations on the shared store: enqueue, trigger, retry, pause, resume, dynamic
+schedules, history and attempts. Async is the source of truth; :class:`soloist.Scheduler`
+offers each as a sync call too. How the CLI and the HTTP endpoint show what the store
+holds is :mod:`soloist.reports`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from soloist.errors import (
     ConfigError,
     DuplicateJobError,
     PayloadError,
-    SoloistError,
     StateConflictError,
     UnknownJobError,
     UnknownOccurrenceError,
@@ -35,7 +35,7 @@ from soloist.models import (
 )
 from soloist.payload import validate_payload
 from soloist.registry import JobDef, JobPolicy, Registry, TaskDef, check_name
-from soloist.schedules import Schedule, schedule_from_dict
+from soloist.schedules import Schedule
 from soloist.schedules import at as at_schedule
 from soloist.stores.base import Store
 from soloist.stores.core import checked
@@ -43,9 +43,6 @@ from soloist.stores.core import checked
 #: Rows per store call of ``enqueue_many``, and how many such calls may be in flight.
 ENQUEUE_BATCH = 1000
 ENQUEUE_PARALLEL = 2
-#: How many of a job's newest occurrences are read to find its last outcome (the newest
-#: may be planned ahead and not yet run).
-LAST_LOOKBACK = 5
 
 log = logging.getLogger("soloist")
 
@@ -297,42 +294,6 @@ class Operations:
             )
         return occ, await store.occurrence_attempts(occurrence_id)
 
-    # -- status -------------------------------------------------------------------------------
-    async def job_summaries(self) -> list[JSONDict]:
-        """Every job the store knows, as :func:`job_json` objects with the last outcome."""
-        store = await self._store()
-        now = await store.now()
-        summaries = []
-        for record in await store.job_list():
-            recent = await store.occurrence_list(job=record.name, limit=LAST_LOOKBACK)
-            last = next((o for o in recent if o.state is not State.SCHEDULED), None)
-            summaries.append(job_json(record, now, last))
-        return summaries
-
-    async def cluster(self, election: str) -> JSONDict:
-        """What the store says about all instances: the leader, its epoch, the live
-        instances and every job (the shared part of ``GET /status``)."""
-        store = await self._store()
-        lease = await store.leader_get(election)
-        instances = await store.instance_list()
-        return {
-            "leader_id": lease.leader_id if lease else None,
-            "epoch": lease.epoch if lease else None,
-            "leader_expires_at": lease.expires_at.isoformat() if lease else None,
-            "instances": [
-                {
-                    "instance_id": i.instance_id,
-                    "host": i.hostname,
-                    "pid": i.pid,
-                    "mode": i.mode,
-                    "started_at": i.started_at.isoformat(),
-                    "last_seen": i.last_seen.isoformat(),
-                }
-                for i in instances
-            ],
-            "jobs": await self.job_summaries(),
-        }
-
     # -- dynamic schedules --------------------------------------------------------------------
     async def schedule_add(
         self,
@@ -418,33 +379,6 @@ class Operations:
         return spec
 
 
-def job_json(record: JobRecord, now: datetime, last: Occurrence | None = None) -> JSONDict:
-    """A job as ``soloist jobs --json`` and ``GET /api/jobs`` show it: its schedule as
-    text, the next plan time after ``now`` and a summary of ``last``, its latest run."""
-    try:
-        schedule = schedule_from_dict(record.schedule["schedule"])
-        text, upcoming = schedule.describe(), schedule.next_after(now)
-    except (KeyError, TypeError, SoloistError):
-        text, upcoming = "(unreadable schedule)", None
-    return {
-        "name": record.name,
-        "task": record.task,
-        "schedule": text,
-        "paused": record.paused,
-        "dynamic": record.dynamic,
-        "next_plan_time": upcoming.isoformat() if upcoming else None,
-        "last": None
-        if last is None
-        else {
-            "id": last.id,
-            "state": last.state.value,
-            "plan_time": last.plan_time.isoformat(),
-            "finished_at": last.finished_at.isoformat() if last.finished_at else None,
-            "error_code": last.error_code,
-        },
-    }
-
-
 def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
     """Reject at enqueue time a payload the handler could never accept."""
     signature = spec.signature
@@ -458,7 +392,7 @@ def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
         ) from None
 
 
-__all__ = ["Operations", "job_json"]
+__all__ = ["Operations"]
 
 
 def _wraps(fn: object, target: object) -> bool:

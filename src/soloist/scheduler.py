@@ -13,12 +13,14 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from soloist import logs
 from soloist.bridge import StoreBridge, sync_twin
 from soloist.clock import Clock, SystemClock
 from soloist.config import MODES, Config
+from soloist.control import Control, InstanceControl
+from soloist.endpoint import HttpEndpoint
 from soloist.errors import ConfigError, SoloistError
 from soloist.metrics import Metrics
 from soloist.models import DEFAULT_MAX_CRASHES, Attempt, JobRecord, Occurrence, State
@@ -41,14 +43,9 @@ from soloist.stores.base import Store
 from soloist.stores.core import CheckedStore
 from soloist.stores.urls import mask_url
 
-if TYPE_CHECKING:
-    from soloist.http.server import HttpServer
-
 log = logging.getLogger("soloist")
 F = TypeVar("F", bound=Handler)
 L = TypeVar("L", bound=LeadershipCallback)
-#: The ``/status`` fields about the runtime's own state, before it runs.
-NOT_RUNNING: dict[str, Any] = {"workers": None, "store_data_lost": None}
 
 
 class Scheduler:
@@ -99,7 +96,8 @@ class Scheduler:
         self.clock: Clock = clock or SystemClock()
         #: This instance's Prometheus metrics (served by ``GET /metrics``).
         self.metrics = Metrics(self.config.instance_id, self.config.mode)
-        self._http: HttpServer | None = None
+        self._http: HttpEndpoint | None = None
+        self._control = InstanceControl(self)
         self._bridge = StoreBridge(
             lambda: self.config,
             given=store if isinstance(store, Store) else None,
@@ -313,19 +311,7 @@ class Scheduler:
         """This instance, the leader and its epoch, the live instances and every job with
         its next plan time and last outcome (what ``GET /status`` and ``soloist status``
         show)."""
-        runtime = self._runtime
-        cluster = await self.ops.cluster(self.config.election)
-        return {
-            "instance_id": self.instance_id,
-            "mode": self.config.mode,
-            "running": runtime is not None,
-            "is_leader": self.is_leader,
-            "will_execute_jobs": runtime is not None and runtime.plans(),
-            "actions_enabled": self.config.token is not None,
-            "store": mask_url(self.config.store_url),
-            **cluster,
-            **(runtime.report() if runtime is not None else NOT_RUNNING),
-        }
+        return await self._control.status()
 
     status = sync_twin(astatus)
 
@@ -333,7 +319,13 @@ class Scheduler:
         """What makes this instance not ready besides an unreachable store (problems:
         ``GET /readyz`` answers 503), and what an operator should know (warnings): sync
         handler threads leaked by timeouts at their bound, a store that lost its data."""
-        return self._runtime.health() if self._runtime is not None else Health()
+        return self._control.health()
+
+    @property
+    def control(self) -> Control:
+        """What an operator's surface reads and does on this instance (what the HTTP
+        endpoint serves: :func:`soloist.http.create_app`)."""
+        return self._control
 
     # -- leadership -----------------------------------------------------------------------------
     @property
@@ -416,10 +408,7 @@ class Scheduler:
             return
         if self.config.http is not None and self._http is None:
             # Bound before any work is claimed: a taken port fails the start at once.
-            from soloist.http.server import HttpServer  # the optional extra soloist[http]
-
-            host, port = self.config.http
-            self._http = HttpServer(self, host, port)
+            self._http = HttpEndpoint(self._control, *self.config.http)
             await self._http.start()
         self._runtime = Runtime(
             store,

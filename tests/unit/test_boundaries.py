@@ -179,3 +179,85 @@ def test_drivers_do_not_repeat_the_core_checks() -> None:
         if found:
             offenders[str(path.relative_to(SRC))] = found
     assert offenders == {}
+
+
+def soloist_imports(path: Path) -> set[str]:
+    """The soloist modules ``path`` imports anywhere (module level, in functions, under
+    TYPE_CHECKING): ``from soloist.x import y`` counts as soloist.x.y if that is a module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.split(".")[0] == "soloist")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] != "soloist":
+                continue
+            submodules = {f"{node.module}.{a.name}" for a in node.names}
+            found = {name for name in submodules if module_path(name) is not None}
+            names.update(found or {node.module})
+            if found != submodules:  # a name defined in the package itself
+                names.add(node.module)
+    return names
+
+
+def module_path(name: str) -> Path | None:
+    """The source file of the soloist module ``name``, or None if it is not one."""
+    base = SRC.joinpath(*name.split(".")[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def reachable(start: Path) -> dict[str, str]:
+    """Every soloist module ``start`` depends on, directly or through others, each mapped
+    to the module that imports it (to name the path in a failure)."""
+    seen: dict[str, str] = {}
+    queue = [("<start>", start)]
+    while queue:
+        importer, path = queue.pop()
+        for name in sorted(soloist_imports(path)):
+            found = module_path(name)
+            if name not in seen and found is not None:
+                seen[name] = importer
+                queue.append((name, found))
+    return seen
+
+
+def test_the_http_package_does_not_depend_on_the_scheduler() -> None:
+    """soloist.http depends on the read/act interface (soloist.control), never on
+    soloist.scheduler: not directly, not lazily, not under TYPE_CHECKING, not through
+    another module."""
+    offenders = {}
+    for path in (SRC / "http").rglob("*.py"):
+        seen = reachable(path)
+        if "soloist.scheduler" in seen:
+            chain, name = ["soloist.scheduler"], "soloist.scheduler"
+            while seen[name] != "<start>":
+                name = seen[name]
+                chain.append(name)
+            offenders[str(path.relative_to(SRC))] = " <- ".join(chain)
+    assert offenders == {}
+
+
+def test_the_scheduler_does_not_import_the_http_package() -> None:
+    """scheduler.py imports nothing from soloist.http (it starts the endpoint through
+    soloist.endpoint), and a scheduler without an HTTP address, started and stopped, never
+    loads soloist.http."""
+    found = {
+        name
+        for name in soloist_imports(SRC / "scheduler.py")
+        if name == "soloist.http" or name.startswith("soloist.http.")
+    }
+    assert found == set()
+    code = (
+        "import asyncio, sys, soloist\n"
+        "app = soloist.Scheduler('memory://', lease_ttl='2s')\n"
+        "async def main():\n"
+        "    await app.start()\n"
+        "    await app.stop()\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.startswith('soloist.http')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -18,7 +18,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from soloist.control import Control, SupportsControl
 from soloist.errors import (
     ConfigError,
     NotFoundError,
@@ -36,9 +37,6 @@ from soloist.errors import (
     StoreError,
 )
 from soloist.metrics import CONTENT_TYPE_LATEST
-
-if TYPE_CHECKING:
-    from soloist.scheduler import Scheduler
 
 __all__ = ["LOOPBACK_HOSTS", "MAX_LIMIT", "READY_TIMEOUT", "create_app", "is_loopback"]
 
@@ -157,10 +155,11 @@ def guarded(endpoint: Endpoint) -> Endpoint:
 
 
 class Api:
-    """The endpoints, bound to one scheduler and its (optional) action token."""
+    """The endpoints, bound to one instance's :class:`Control` and an (optional) action
+    token."""
 
-    def __init__(self, scheduler: Scheduler, token: str | None) -> None:
-        self.app = scheduler
+    def __init__(self, control: Control, token: str | None) -> None:
+        self.control = control
         self._token = token.encode() if token else None
 
     # -- auth ---------------------------------------------------------------------------------
@@ -192,12 +191,8 @@ class Api:
         return json_response({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        async def ping() -> None:
-            store = await self.app.astore()
-            await store.now()
-
         try:
-            await asyncio.wait_for(ping(), READY_TIMEOUT)
+            await asyncio.wait_for(self.control.ping(), READY_TIMEOUT)
         except asyncio.TimeoutError:
             message = f"the store did not answer within {READY_TIMEOUT:g}s"
             return json_response({"status": "unavailable", "error": message}, 503)
@@ -205,7 +200,7 @@ class Api:
             return json_response({"status": "unavailable", "error": str(exc)}, 503)
         # The store answers; the instance may still be unable to work (leaked threads at
         # their bound, a store that lost its data and is not set up again yet).
-        health = self.app.health()
+        health = self.control.health()
         extra = {"warnings": list(health.warnings)} if health.warnings else {}
         if not health.ready:
             reason = "; ".join(health.problems)
@@ -213,30 +208,23 @@ class Api:
         return json_response({"status": "ready", **extra})
 
     async def status(self, request: Request) -> Response:
-        report = await self.app.astatus()
+        report = await self.control.status()
         report["actions_enabled"] = self._token is not None
         return json_response(report)
 
     async def metrics(self, request: Request) -> Response:
-        metrics = self.app.metrics
-
-        async def refresh() -> None:
-            await metrics.refresh_counts(await self.app.astore())
-
-        try:
-            await asyncio.wait_for(refresh(), READY_TIMEOUT)
-        except (StoreError, asyncio.TimeoutError):
-            metrics.store_error("occurrence_counts")  # the rest is still worth serving
-        return Response(metrics.exposition(), headers=SAFE_HEADERS, media_type=CONTENT_TYPE_LATEST)
+        # The counts are refreshed within READY_TIMEOUT; the rest is served either way.
+        exposition = await self.control.metrics(READY_TIMEOUT)
+        return Response(exposition, headers=SAFE_HEADERS, media_type=CONTENT_TYPE_LATEST)
 
     # -- reads --------------------------------------------------------------------------------
     async def jobs(self, request: Request) -> Response:
-        return json_response({"jobs": await self.app.ops.job_summaries()})
+        return json_response({"jobs": await self.control.jobs()})
 
     async def occurrences(self, request: Request) -> Response:
         query = request.query_params
         limit = parse_limit(query.get("limit", str(DEFAULT_LIMIT)))
-        found = await self.app.ahistory(
+        found = await self.control.history(
             job=text_param("job", query.get("job", "")) or None,
             state=query.get("state") or None,
             limit=limit,
@@ -244,7 +232,7 @@ class Api:
         return json_response({"occurrences": [occ.to_json() for occ in found]})
 
     async def occurrence(self, request: Request) -> Response:
-        occ, attempts = await self.app.aattempts(text_param("id", request.path_params["id"]))
+        occ, attempts = await self.control.attempts(text_param("id", request.path_params["id"]))
         return json_response({**occ.to_json(), "attempts": [a.to_json() for a in attempts]})
 
     # -- actions ------------------------------------------------------------------------------
@@ -252,26 +240,26 @@ class Api:
         if (refused := self.refusal(request)) is not None:
             return refused
         name = text_param("job", request.path_params["name"])
-        return json_response({"occurrence_id": await self.app.atrigger(name), "job": name}, 202)
+        return json_response({"occurrence_id": await self.control.trigger(name), "job": name}, 202)
 
     async def pause(self, request: Request) -> Response:
         if (refused := self.refusal(request)) is not None:
             return refused
         name = text_param("job", request.path_params["name"])
-        await self.app.apause(name)
+        await self.control.pause(name)
         return json_response({"job": name, "paused": True})
 
     async def resume(self, request: Request) -> Response:
         if (refused := self.refusal(request)) is not None:
             return refused
         name = text_param("job", request.path_params["name"])
-        await self.app.aresume(name)
+        await self.control.resume(name)
         return json_response({"job": name, "paused": False})
 
     async def retry(self, request: Request) -> Response:
         if (refused := self.refusal(request)) is not None:
             return refused
-        new_id = await self.app.aretry(text_param("id", request.path_params["id"]))
+        new_id = await self.control.retry(text_param("id", request.path_params["id"]))
         return json_response({"occurrence_id": new_id}, 202)
 
 
@@ -325,16 +313,19 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    scheduler: Scheduler,
+    scheduler: SupportsControl | Control,
     *,
     token: str | None = None,
     allowed_hosts: Iterable[str] | None = None,
 ) -> Starlette:
-    """The ASGI app of ``scheduler``'s HTTP endpoint. ``token`` enables the actions
-    (default: the scheduler's ``token`` setting, ``SOLOIST_TOKEN``); without one the API
-    is read-only. ``allowed_hosts``: if given, requests whose ``Host`` header names another
-    host (any port) are refused with 421. Mountable under any prefix."""
-    api = Api(scheduler, token if token is not None else scheduler.config.token)
+    """The ASGI app of ``scheduler``'s HTTP endpoint: a :class:`soloist.Scheduler`, or
+    any :class:`soloist.control.Control` (what the endpoint reads and does). ``token``
+    enables the actions (default: the scheduler's ``token`` setting, ``SOLOIST_TOKEN``);
+    without one the API is read-only. ``allowed_hosts``: if given, requests whose ``Host``
+    header names another host (any port) are refused with 421. Mountable under any
+    prefix."""
+    control = scheduler.control if isinstance(scheduler, SupportsControl) else scheduler
+    api = Api(control, token if token is not None else control.token)
     get, post = ["GET"], ["POST"]
     routes = [
         Route("/", guarded(api.dashboard), methods=get),

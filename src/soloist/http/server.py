@@ -20,15 +20,12 @@ import contextlib
 import logging
 import socket
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import uvicorn
 
+from soloist.control import Control
 from soloist.errors import ConfigError
 from soloist.http.api import LOOPBACK_HOSTS, create_app, is_loopback
-
-if TYPE_CHECKING:
-    from soloist.scheduler import Scheduler
 
 __all__ = ["HttpServer", "allowed_hosts"]
 
@@ -52,12 +49,12 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class HttpServer:
-    """Serves ``create_app(scheduler)`` on ``host:port`` until stopped."""
+    """Serves ``create_app(control)`` on ``host:port`` until stopped."""
 
     name = "http"
 
-    def __init__(self, scheduler: Scheduler, host: str, port: int) -> None:
-        self.scheduler = scheduler
+    def __init__(self, control: Control, host: str, port: int) -> None:
+        self.control = control
         self.host = host
         self.port = port
         #: The bound (host, port), once started.
@@ -77,7 +74,7 @@ class HttpServer:
         sock = self._bind()
         self.address = (self.host, sock.getsockname()[1])
         config = uvicorn.Config(
-            create_app(self.scheduler, allowed_hosts=allowed_hosts(self.host)),
+            create_app(self.control, allowed_hosts=allowed_hosts(self.host)),
             log_config=None,  # the program's logging stays as it is
             access_log=False,
             lifespan="off",
@@ -98,7 +95,7 @@ class HttpServer:
         log.info(
             "http listening on %s",
             self.url,
-            extra={"action": "http_start", "instance_id": self.scheduler.instance_id},
+            extra={"action": "http_start", "instance_id": self.control.instance_id},
         )
 
     def _bind(self) -> socket.socket:

@@ -1,0 +1,80 @@
+"""What the store says about jobs and instances, as JSON for people: the rows of
+``soloist jobs`` and ``soloist status``, ``GET /api/jobs`` and the shared part of
+``GET /status``. Display only; the operations are in :mod:`soloist.operations`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from soloist.errors import SoloistError
+from soloist.models import JobRecord, JSONDict, Occurrence, State
+from soloist.schedules import schedule_from_dict
+from soloist.stores.base import Store
+
+__all__ = ["LAST_LOOKBACK", "cluster_report", "job_json", "job_summaries"]
+
+#: How many of a job's newest occurrences are read to find its last outcome (the newest
+#: may be planned ahead and not yet run).
+LAST_LOOKBACK = 5
+
+
+def job_json(record: JobRecord, now: datetime, last: Occurrence | None = None) -> JSONDict:
+    """A job as ``soloist jobs --json`` and ``GET /api/jobs`` show it: its schedule as
+    text, the next plan time after ``now`` and a summary of ``last``, its latest run."""
+    try:
+        schedule = schedule_from_dict(record.schedule["schedule"])
+        text, upcoming = schedule.describe(), schedule.next_after(now)
+    except (KeyError, TypeError, SoloistError):
+        text, upcoming = "(unreadable schedule)", None
+    return {
+        "name": record.name,
+        "task": record.task,
+        "schedule": text,
+        "paused": record.paused,
+        "dynamic": record.dynamic,
+        "next_plan_time": upcoming.isoformat() if upcoming else None,
+        "last": None
+        if last is None
+        else {
+            "id": last.id,
+            "state": last.state.value,
+            "plan_time": last.plan_time.isoformat(),
+            "finished_at": last.finished_at.isoformat() if last.finished_at else None,
+            "error_code": last.error_code,
+        },
+    }
+
+
+async def job_summaries(store: Store) -> list[JSONDict]:
+    """Every job ``store`` knows, as :func:`job_json` objects with the last outcome."""
+    now = await store.now()
+    summaries = []
+    for record in await store.job_list():
+        recent = await store.occurrence_list(job=record.name, limit=LAST_LOOKBACK)
+        last = next((o for o in recent if o.state is not State.SCHEDULED), None)
+        summaries.append(job_json(record, now, last))
+    return summaries
+
+
+async def cluster_report(store: Store, election: str) -> JSONDict:
+    """What ``store`` says about all instances: the leader of ``election``, its epoch, the
+    live instances and every job (the shared part of ``GET /status``)."""
+    lease = await store.leader_get(election)
+    instances = await store.instance_list()
+    return {
+        "leader_id": lease.leader_id if lease else None,
+        "epoch": lease.epoch if lease else None,
+        "leader_expires_at": lease.expires_at.isoformat() if lease else None,
+        "instances": [
+            {
+                "instance_id": i.instance_id,
+                "host": i.hostname,
+                "pid": i.pid,
+                "mode": i.mode,
+                "started_at": i.started_at.isoformat(),
+                "last_seen": i.last_seen.isoformat(),
+            }
+            for i in instances
+        ],
+        "jobs": await job_summaries(store),
+    }
