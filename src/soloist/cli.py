@@ -13,7 +13,6 @@ another app's database, an empty schema or Redis prefix) exits 1 with one line n
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib
 import importlib.util
 import json
@@ -194,24 +193,18 @@ def run(
 ) -> None:
     """Run the workers of APP (module:attribute) until SIGTERM or Ctrl-C."""
     logs.configure(log_level, log_format)
-    # Apps usually build Scheduler() from the environment: set it before importing.
+    # Apps usually build Scheduler() from the environment: give it the store before
+    # importing (the other options are applied to the loaded app below).
     _export_store(store)
-    if instance_id:
-        os.environ["SOLOIST_INSTANCE_ID"] = instance_id
-    if mode:
-        os.environ["SOLOIST_MODE"] = mode
-    address = _guard(lambda: parse_http_address(http)) if http else None
+    if http:
+        _guard(lambda: parse_http_address(http))  # a bad address fails before the import
     if token is not None and not token.strip():
         click.echo("error: invalid --token: expected a non-empty string", err=True)
         raise SystemExit(2)
     scheduler = _guard(lambda: load_app(app))
     # The command line wins over what the app's Scheduler(...) was given, and over the
     # environment it saw if it was imported before (e.g. by a Django AppConfig.ready()).
-    _guard(lambda: _apply_command_line(ctx, scheduler, store, instance_id, mode))
-    if address is not None:
-        scheduler.config = dataclasses.replace(scheduler.config, http=address)
-    if token:
-        scheduler.config = dataclasses.replace(scheduler.config, token=token)
+    _guard(lambda: _apply_command_line(ctx, scheduler, store, instance_id, mode, http, token))
     _guard(scheduler.run)
 
 
@@ -230,9 +223,13 @@ def _apply_command_line(
     store: str,
     instance_id: str | None,
     mode: str | None,
+    http: str | None,
+    token: str | None,
 ) -> None:
-    """Apply ``--store``, ``--instance-id`` and ``--mode`` typed on the command line (not
-    from the environment, which the app saw when it was built) to the loaded app."""
+    """Apply ``soloist run``'s options to the loaded app, in one
+    :meth:`Scheduler.reconfigure`: ``--store``, ``--instance-id`` and ``--mode`` if typed
+    on the command line (from the environment they yield to the app's own arguments, as
+    in ``Scheduler(...)``), and ``--http`` and ``--token`` from either."""
 
     def typed(name: str) -> bool:
         return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
@@ -251,6 +248,8 @@ def _apply_command_line(
         store=new_store,
         instance_id=instance_id if typed("instance_id") else None,
         mode=mode if typed("mode") else None,
+        http=http or None,
+        token=token or None,
     )
 
 

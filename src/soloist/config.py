@@ -3,6 +3,7 @@ variables (arguments win)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import socket
@@ -76,9 +77,7 @@ class Config:
         env = os.environ
         url = store_url or env.get("SOLOIST_STORE_URL") or DEFAULT_STORE_URL
         check_store_url(url)
-        mode = mode or env.get("SOLOIST_MODE") or "distributed"
-        if mode not in MODES:
-            raise ConfigError(f"invalid mode {mode!r}: expected 'distributed', 'leader' or 'local'")
+        mode = check_mode(mode or env.get("SOLOIST_MODE") or "distributed")
         ttl = parse_duration(
             lease_ttl or env.get("SOLOIST_LEASE_TTL") or DEFAULT_LEASE_TTL, what="lease_ttl"
         )
@@ -106,8 +105,8 @@ class Config:
             )
         address = http if http is not None else env.get("SOLOIST_HTTP") or None
         token = token if token is not None else env.get("SOLOIST_TOKEN") or None
-        if token is not None and (not isinstance(token, str) or not token.strip()):
-            raise ConfigError("invalid token: expected a non-empty string (SOLOIST_TOKEN)")
+        if token is not None:
+            check_token(token)
         return cls(
             store_url=url,
             instance_id=instance_id or env.get("SOLOIST_INSTANCE_ID") or default_instance_id(),
@@ -124,6 +123,50 @@ class Config:
             token=token,
             max_leaked_threads=concurrency if leaks is None else leaks,
         )
+
+    def override(
+        self,
+        *,
+        store_url: str | None = None,
+        instance_id: str | None = None,
+        mode: str | None = None,
+        http: object = None,
+        token: str | None = None,
+    ) -> Config:
+        """This configuration with the settings given here replaced (None keeps one), each
+        checked as :meth:`resolve` checks it: the one way to change a resolved configuration
+        (:meth:`soloist.Scheduler.reconfigure`, which ``soloist run``'s options use)."""
+        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+            raise ConfigError(f"invalid instance id {instance_id!r}: expected a non-empty string")
+        if mode is not None:
+            check_mode(mode)
+        if store_url is not None:
+            check_store_url(store_url)
+        address = parse_http_address(http) if http is not None else self.http
+        if token is not None:
+            check_token(token)
+        return dataclasses.replace(
+            self,
+            store_url=store_url or self.store_url,
+            instance_id=instance_id or self.instance_id,
+            mode=mode or self.mode,
+            http=address,
+            token=token if token is not None else self.token,
+        )
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of :data:`MODES`."""
+    if mode not in MODES:
+        raise ConfigError(f"invalid mode {mode!r}: expected 'distributed', 'leader' or 'local'")
+    return mode
+
+
+def check_token(token: object) -> str:
+    """``token`` if it is a non-empty string."""
+    if not isinstance(token, str) or not token.strip():
+        raise ConfigError("invalid token: expected a non-empty string (SOLOIST_TOKEN)")
+    return token
 
 
 def default_instance_id() -> str:

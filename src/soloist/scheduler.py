@@ -18,7 +18,7 @@ from typing import Any, TypeVar, overload
 from soloist import logs
 from soloist.bridge import StoreBridge, sync_twin
 from soloist.clock import Clock, SystemClock
-from soloist.config import MODES, Config
+from soloist.config import Config
 from soloist.control import Control, InstanceControl
 from soloist.endpoint import HttpEndpoint
 from soloist.errors import ConfigError, SoloistError
@@ -38,7 +38,6 @@ from soloist.runtime import Runtime
 from soloist.runtime.elector import LeadershipCallback
 from soloist.runtime.health import Health
 from soloist.schedules import Schedule
-from soloist.stores import check_store_url
 from soloist.stores.base import Store
 from soloist.stores.core import CheckedStore
 from soloist.stores.urls import mask_url
@@ -370,26 +369,24 @@ class Scheduler:
         store: str | None = None,
         instance_id: str | None = None,
         mode: str | None = None,
+        http: object = None,
+        token: str | None = None,
     ) -> None:
-        """Replace the store URL, instance id or mode given to ``Scheduler(...)``, before
-        it starts (what explicit ``soloist run --store/--instance-id/--mode`` options do
-        to an app that was imported first). The metrics follow the new identity."""
+        """Replace the store URL, instance id, mode, HTTP address or action token given to
+        ``Scheduler(...)``, before it starts (what explicit ``soloist run`` options do to an
+        app that was imported first); None keeps a setting. The values are checked as the
+        constructor checks them (:meth:`soloist.config.Config.override`). The metrics
+        follow the new identity. A new store is refused once a call has opened the old
+        one."""
         if self._runtime is not None or self._bridge.loop is not None:
             raise SoloistError(
                 f"scheduler {self.instance_id!r} has started: reconfigure it before start()"
             )
-        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
-            raise ConfigError(f"invalid instance id {instance_id!r}: expected a non-empty string")
-        if mode is not None and mode not in MODES:
-            raise ConfigError(f"invalid mode {mode!r}: expected 'distributed', 'leader' or 'local'")
-        config = self.config
-        if store is not None and store != config.store_url:
-            check_store_url(store)
-            self._bridge.move(store, self.instance_id)
-            config = dataclasses.replace(config, store_url=store)
-        config = dataclasses.replace(
-            config, instance_id=instance_id or config.instance_id, mode=mode or config.mode
+        config = self.config.override(
+            store_url=store, instance_id=instance_id, mode=mode, http=http, token=token
         )
+        if config.store_url != self.config.store_url:
+            self._bridge.move(config.store_url, self.instance_id)
         if (config.instance_id, config.mode) != (self.config.instance_id, self.config.mode):
             self.metrics = Metrics(config.instance_id, config.mode)
         self.config = config

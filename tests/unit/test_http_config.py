@@ -60,3 +60,30 @@ def test_bad_env_address_names_the_value(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("SOLOIST_HTTP", "localhost:99999")
     with pytest.raises(ConfigError, match="'localhost:99999'"):
         Scheduler("memory://")
+
+
+def test_reconfigure_sets_the_http_address_and_token_through_one_checked_path() -> None:
+    """``reconfigure(http=..., token=...)`` (what ``soloist run --http/--token`` uses)
+    replaces them with the constructor's checks (Config.override), keeps what is not
+    given, and leaves the configuration as it was when a value is refused."""
+    app = Scheduler("memory://", instance_id="w1", http="9000", token="old")
+    app.reconfigure(http="0.0.0.0:9300", token="new")
+    assert (app.config.http, app.config.token) == (("0.0.0.0", 9300), "new")
+    assert (app.instance_id, app.config.store_url) == ("w1", "memory://")
+    before = app.config
+    for bad, match in (
+        ({"http": "localhost:99999"}, "'localhost:99999'"),
+        ({"token": "  "}, "invalid token"),
+        ({"instance_id": ""}, "invalid instance id ''"),
+        ({"mode": "solo"}, "invalid mode 'solo'"),
+        ({"store": "ftp://x"}, "'ftp://x'"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            app.reconfigure(**bad)  # type: ignore[arg-type]
+        assert app.config is before
+
+
+def test_override_with_nothing_changes_nothing() -> None:
+    """Config.override() without a value returns an equal configuration."""
+    config = Scheduler("memory://", http="9000", token="t").config
+    assert config.override() == config
