@@ -1,8 +1,12 @@
 """The public facade: define jobs and tasks, then run the workers or call operations.
 
-:class:`Scheduler` is thin. Definitions go to a :class:`Registry`, short operations to
-:class:`Operations` (async, with sync twins here), and the long-running services to a
-:class:`Runtime` that :meth:`Scheduler.serve` starts.
+:class:`Scheduler` is thin. Definitions go to a :class:`Registry`; short operations to
+:class:`Operations` (async, each with a sync twin built by
+:func:`soloist.bridge.sync_twin`); the store, and the way sync code reaches it, to a
+:class:`soloist.bridge.StoreBridge`; what an operator reads and does to a
+:class:`soloist.control.Control`; and the long-running services to a :class:`Runtime`
+and, with an HTTP address, a :class:`soloist.endpoint.HttpEndpoint`, both started by
+:meth:`Scheduler.start`. This module knows nothing of the web layer.
 """
 
 from __future__ import annotations
