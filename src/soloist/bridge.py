@@ -258,7 +258,10 @@ def sync_twin(
 
     @functools.wraps(source)
     def twin(self: B, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._bridge.call(source(self, *args, **kwargs))
+        # Looked up on the instance, as a hand-written twin would: a subclass's override
+        # (or a test's patch) of the async method applies to the sync one too.
+        method: Callable[P, Coroutine[Any, Any, R]] = getattr(self, name)
+        return self._bridge.call(method(*args, **kwargs))
 
     twin.__name__ = name[1:]
     twin.__qualname__ = source.__qualname__.removesuffix(name) + name[1:]

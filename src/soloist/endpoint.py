@@ -43,8 +43,9 @@ class HttpEndpoint:
             return
         from soloist.http.server import HttpServer  # the optional extra soloist[http]
 
-        self._server = HttpServer(self.control, self.host, self.port)
-        await self._server.start()
+        server = HttpServer(self.control, self.host, self.port)
+        await server.start()
+        self._server = server  # only once it serves: a failed start can be tried again
 
     async def stop(self) -> None:
         """Stop accepting, let open requests finish briefly, close. Safe twice."""

@@ -409,8 +409,9 @@ class Scheduler:
             return
         if self.config.http is not None and self._http is None:
             # Bound before any work is claimed: a taken port fails the start at once.
-            self._http = HttpEndpoint(self._control, *self.config.http)
-            await self._http.start()
+            endpoint = HttpEndpoint(self._control, *self.config.http)
+            await endpoint.start()
+            self._http = endpoint  # only once it serves: a failed start can be tried again
         self._runtime = Runtime(
             store,
             self.registry,

@@ -50,6 +50,10 @@ async def test_a_taken_port_fails_the_start_naming_the_address() -> None:
         second = Scheduler("memory://", http=f"127.0.0.1:{port}")
         with pytest.raises(Exception, match=f"cannot listen on 127.0.0.1:{port}"):
             await second.start()
+        # A failed start leaves no half-started endpoint: trying again tries to bind again.
+        assert second.http_address is None
+        with pytest.raises(Exception, match=f"cannot listen on 127.0.0.1:{port}"):
+            await second.start()
         await second.stop()
     finally:
         await first.stop()

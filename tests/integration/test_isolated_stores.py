@@ -102,3 +102,20 @@ def test_bad_labels_raise_value_error(label: str) -> None:
     """A label that would not make a valid schema name or prefix is refused, naming it."""
     with pytest.raises(ValueError, match="invalid label"):
         IsolatedStores("memory://", label=label)
+
+
+def test_a_store_it_cannot_isolate_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheme it has no isolation for (a new driver) is refused: the given store itself
+    is never handed out as fresh storage."""
+    from soloist.errors import ConfigError
+    from soloist.stores import DRIVERS, Driver
+
+    monkeypatch.setitem(DRIVERS, "mysql", Driver("soloist.stores.memory", "MemoryStore"))
+    with pytest.raises(ConfigError, match="'mysql'"):
+        IsolatedStores("mysql://app:secret@db/prod")
+
+
+def test_a_pg_label_is_refused_for_postgres() -> None:
+    """PostgreSQL reserves pg_ schema names: such a label is refused at once."""
+    with pytest.raises(ValueError, match="pg_"):
+        IsolatedStores("postgresql://127.0.0.1/test", label="pg_x")

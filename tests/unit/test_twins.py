@@ -55,3 +55,18 @@ def test_schedules_add_and_aadd_take_the_same_typed_options() -> None:
     """``schedules.aadd`` names its options like ``add`` (no ``**options``)."""
     parameters = inspect.signature(Schedules.aadd).parameters.values()
     assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def test_a_sync_twin_runs_an_override_of_its_source() -> None:
+    """The twin calls the async method found on the instance, as a hand-written twin did:
+    a subclass's override (or a test's patch) applies to the sync call too."""
+
+    class Audited(Scheduler):
+        async def atrigger(self, job: str) -> str:
+            return f"audited {job}"
+
+    app = Audited("memory://")
+    try:
+        assert app.trigger("nightly") == "audited nightly"
+    finally:
+        app.close()

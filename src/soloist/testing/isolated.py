@@ -45,7 +45,9 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from soloist.errors import ConfigError
 from soloist.stores import check_store_url
+from soloist.stores.urls import mask_url
 
 __all__ = ["IsolatedStores"]
 
@@ -83,6 +85,14 @@ class IsolatedStores:
         self.base_url = url
         #: ``postgresql``, ``redis``, ``sqlite`` or ``memory``.
         self.kind = KINDS.get(scheme, scheme)
+        if self.kind not in ("postgresql", "redis", "sqlite", "memory"):
+            # Never hand out the given store itself as "fresh" storage.
+            raise ConfigError(
+                f"IsolatedStores cannot isolate {self.kind!r} stores ({mask_url(url)}): "
+                "expected a postgresql, redis, sqlite or memory URL"
+            )
+        if self.kind == "postgresql" and label.startswith("pg_"):
+            raise ValueError(f"invalid label {label!r}: PostgreSQL schema names cannot start 'pg_'")
         self.label = label
         self._directory = Path(directory) if directory is not None else None
         self._temporary: Path | None = None
@@ -106,7 +116,7 @@ class IsolatedStores:
         elif self.kind == "sqlite":
             # An absolute path: "sqlite:///" + "/tmp/..." is the four-slash absolute form.
             made = f"sqlite:///{(self._sqlite_directory() / f'{name}.db').resolve()}"
-        else:
+        else:  # memory: each store is its own, and nothing outlives it
             return self.base_url
         self._names.append(name)
         self._made.append(made)
