@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -225,30 +226,103 @@ class Outcome:
     retry_at: datetime | None = None
 
 
+#: Streams hash into this many slots (:func:`stream_slot`); the P partitions of
+#: partitioned planning are ranges of slots, so a stored slot never changes with P.
+SLOTS = 4096
+
+
+def stream_slot(job: str, scope: str) -> int:
+    """The slot of the (job, scope) stream: CRC-32 of ``job``, a newline and ``scope``
+    (UTF-8), modulo :data:`SLOTS`. Stable across processes, versions and stores."""
+    return zlib.crc32(f"{job}\n{scope}".encode()) % SLOTS
+
+
+def partition_slots(partition: int, count: int) -> tuple[int, int]:
+    """The slots ``[lo, hi)`` of ``partition`` out of ``count`` partitions."""
+    return partition * SLOTS // count, (partition + 1) * SLOTS // count
+
+
+def slot_partition(slot: int, count: int) -> int:
+    """The partition, out of ``count``, that holds ``slot`` (the inverse of
+    :func:`partition_slots`)."""
+    return ((slot + 1) * count - 1) // SLOTS
+
+
 @dataclass(frozen=True)
 class PlanCursor:
     """How far a (job, scope) stream has been planned: the last plan time materialised and
-    how many occurrences were planned in all (for ``max_runs``)."""
+    how many occurrences were planned in all (for ``max_runs``), and the stream's entry in
+    the planning index: ``next_plan_time``, the next instant it has to plan (None: nothing
+    to plan until the stream is revived), and its ``slot`` (:func:`stream_slot`)."""
 
     job: str
     scope: str
     last_plan_time: datetime | None
     planned_count: int
+    next_plan_time: datetime | None = None
+
+    @property
+    def slot(self) -> int:
+        return stream_slot(self.job, self.scope)
+
+
+@dataclass(frozen=True)
+class PlanFence:
+    """The partition lease a plan is written under: the write applies only while
+    ``partition``'s lease still has ``epoch`` and has not expired on the store's clock."""
+
+    partition: int
+    epoch: int
 
 
 @dataclass(frozen=True)
 class PlanAdvance:
     """One step of a (job, scope) stream's planning, applied atomically by
-    :meth:`~soloist.stores.base.Store.plan_advance`: if the cursor's last plan time is
-    still ``expected_last`` (None: the stream was never planned), move it to ``new_last``,
-    add ``added_count`` to its planned count, and insert ``items``."""
+    :meth:`~soloist.stores.base.Store.plan_advance_many`: if the cursor's last plan time is
+    still ``expected_last`` (None: the stream was never planned), move it to ``new_last``
+    (None only when ``expected_last`` is None: the stream stays unplanned), add
+    ``added_count`` to its planned count, set its index entry to ``next_plan_time``, and
+    insert ``items``; with a ``fence``, only while that partition lease holds."""
 
     job: str
     scope: str
     expected_last: datetime | None
-    new_last: datetime
+    new_last: datetime | None
     added_count: int
     items: Sequence[NewOccurrence] = ()
+    next_plan_time: datetime | None = None
+    fence: PlanFence | None = None
+
+
+@dataclass(frozen=True)
+class DueStream:
+    """A stream the planning index says is due, with its job's record (None when the job
+    has no record: a code-defined job not registered yet, or one deleted)."""
+
+    cursor: PlanCursor
+    job: JobRecord | None
+
+
+@dataclass(frozen=True)
+class DueBatch:
+    """What :meth:`~soloist.stores.base.Store.plan_due` found: the due streams, and
+    ``next_at``, the earliest ``next_plan_time`` after the asked bound among the streams
+    asked about (None: none), for the planner's next wake-up."""
+
+    streams: list[DueStream]
+    next_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PartitionLease:
+    """Who holds planning partition ``partition``: the holder, its epoch (the fence of the
+    plans written under it: it rises at each change of holder and never repeats), and until
+    when the lease holds on the store's clock."""
+
+    partition: int
+    holder: str
+    epoch: int
+    expires_at: datetime
 
 
 @dataclass(frozen=True)

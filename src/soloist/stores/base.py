@@ -31,8 +31,10 @@ suite) checks every call before the store sees it, so a store may rely on this:
   non-empty sorted list of distinct names; ``state`` filters are :class:`State` values;
   outcome states are ``succeeded``, ``failed`` or ``dead``;
 * the sequences of ``occurrence_insert_many``, ``lease_renew``, ``occurrence_complete``,
-  ``lease_release`` and ``job_upsert`` are never empty (``plan_advance`` may have no
-  items: the cursor still moves).
+  ``lease_release``, ``job_upsert``, ``plan_advance_many`` and ``plan_cursor_ensure``
+  are never empty (a plan step may have no items: the cursor still moves); ``plan_due``
+  gets at least one slot range when it gets any, each within ``[0, SLOTS]``;
+* a plan step's ``new_last`` is None only when its ``expected_last`` is.
 
 Extras beyond the protocol (waking idle instances, inserting at the store's now, a
 read-only schema check) are declared by a class attribute ``capabilities``
@@ -49,6 +51,7 @@ from typing import Protocol, runtime_checkable
 from soloist.models import (
     Attempt,
     Claimed,
+    DueBatch,
     InstanceInfo,
     JobRecord,
     LeaderLease,
@@ -56,6 +59,7 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PartitionLease,
     PlanAdvance,
     PlanCursor,
     State,
@@ -103,17 +107,55 @@ class Store(Protocol):
         ...
 
     async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
-        """The planning cursor of (job, scope), or None if never planned."""
+        """The planning cursor of (job, scope), or None if there is none."""
         ...
 
     async def plan_advance(self, advance: PlanAdvance) -> bool:
-        """Compare-and-set the cursor of (``advance.job``, ``advance.scope``) and insert
-        ``advance.items``, atomically.
+        """One step of :meth:`plan_advance_many`: ``(await plan_advance_many([advance]))[0]``."""
+        ...
 
-        Applies only if the cursor's ``last_plan_time`` equals ``expected_last`` (``None``:
-        no cursor exists yet). Then the cursor becomes ``new_last`` with ``planned_count``
-        increased by ``added_count``, and ``items`` are inserted (existing dedupe keys
-        ignored). Returns False, changing nothing, if the cursor had moved."""
+    async def plan_advance_many(self, steps: Sequence[PlanAdvance]) -> list[bool]:
+        """Apply each step, all in one round trip; return, in order, whether each applied.
+
+        A step compares-and-sets the cursor of (``job``, ``scope``) and inserts its
+        ``items``, atomically. It applies only if the cursor's ``last_plan_time`` equals
+        ``expected_last``; ``None`` matches no cursor and a cursor never planned (one made
+        by :meth:`plan_cursor_ensure` or :meth:`job_add`). With a ``fence``, it applies
+        only if that partition's lease still has the fence's epoch and has not expired
+        (see :meth:`partition_sync`). Then the cursor (created if missing) gets
+        ``last_plan_time = new_last``, ``planned_count`` increased by ``added_count``,
+        ``next_plan_time`` as given (None takes the stream out of the index) and its slot
+        (:func:`soloist.models.stream_slot`); the items are inserted, existing dedupe keys
+        ignored. A step that does not apply changes nothing; the others still apply."""
+        ...
+
+    async def plan_due(
+        self,
+        before: datetime,
+        limit: int,
+        slots: Sequence[tuple[int, int]] | None = None,
+    ) -> DueBatch:
+        """The planning index: at most ``limit`` cursors whose ``next_plan_time`` is at or
+        before ``before``, earliest first (ties by job, then scope), each with its job's
+        record (None if the job has none); with ``slots``, only cursors whose slot is in
+        one of the half-open ranges ``[lo, hi)``. ``next_at`` is the earliest
+        ``next_plan_time`` after ``before`` among the cursors asked about. Cursors whose
+        ``next_plan_time`` is None are never returned. Costs what the due cursors cost,
+        whatever the number of cursors: an index on ``next_plan_time`` or a sorted set."""
+        ...
+
+    async def plan_cursor_ensure(
+        self,
+        streams: Sequence[tuple[str, str]],
+        at: datetime | None = None,
+        *,
+        revive: bool = False,
+    ) -> int:
+        """Make sure each (job, scope) stream has a cursor in the planning index: a
+        missing one is created never planned (``last_plan_time`` None, count 0) with
+        ``next_plan_time = at`` (None: the store's now); with ``revive``, an existing
+        cursor whose ``next_plan_time`` is None gets ``at`` too. Other cursors are left
+        alone. Returns how many cursors were created or revived."""
         ...
 
     async def occurrence_claim(
@@ -245,7 +287,9 @@ class Store(Protocol):
         ...
 
     async def job_add(self, record: JobRecord) -> None:
-        """Insert a dynamic schedule; raises DuplicateJobError if the name exists."""
+        """Insert a dynamic schedule, and its stream's cursor (scope ``""``) never planned,
+        due in the planning index at the record's ``created_at`` (the store's now), in the
+        same atomic step; raises DuplicateJobError if the name exists."""
         ...
 
     async def job_get(self, name: str) -> JobRecord | None:
@@ -304,6 +348,30 @@ class Store(Protocol):
 
     async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
         """The current unexpired lease of ``name``, or None if nobody leads."""
+        ...
+
+    # -- planning partitions -----------------------------------------------------------------
+    # One lease per partition number, kept apart from the leader leases: holder, epoch and
+    # expiry on the store's clock. Epochs rise by one at each change of holder (or after a
+    # lapse or a release) and never repeat; they fence plan writes (PlanAdvance.fence).
+
+    async def partition_sync(
+        self,
+        instance_id: str,
+        want: Collection[int],
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[PartitionLease]:
+        """In one atomic step: for each partition in ``want``, extend ``instance_id``'s
+        unexpired lease to now + ttl (same epoch), or take the partition if it is free (no
+        lease, or expired: epoch + 1, 1 for a new one), or leave it to its other holder;
+        and release (expires_at = now, epoch kept) every unexpired lease ``instance_id``
+        holds outside ``want``. Returns every unexpired partition lease after the step,
+        by partition."""
+        ...
+
+    async def partition_list(self, now: datetime | None = None) -> list[PartitionLease]:
+        """Every unexpired partition lease, by partition. Read-only."""
         ...
 
     # -- instances --------------------------------------------------------------------------

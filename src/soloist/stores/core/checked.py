@@ -31,6 +31,7 @@ from soloist.errors import ConfigError
 from soloist.models import (
     Attempt,
     Claimed,
+    DueBatch,
     InstanceInfo,
     JobRecord,
     LeaderLease,
@@ -38,6 +39,7 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PartitionLease,
     PlanAdvance,
     PlanCursor,
     State,
@@ -59,7 +61,11 @@ from soloist.stores.core.checks import (
     check_job,
     check_limit,
     check_outcomes,
+    check_partitions,
+    check_slots,
     check_state,
+    check_step,
+    check_streams,
     check_tasks,
     positive_ttl,
 )
@@ -144,18 +150,36 @@ class CheckedStore:
         return await self.driver.plan_cursor_get(job, scope)
 
     async def plan_advance(self, advance: PlanAdvance) -> bool:
-        if not isinstance(advance.added_count, int) or advance.added_count < 0:
-            raise ConfigError(
-                f"invalid added_count {advance.added_count!r}: expected an integer >= 0"
-            )
-        expected = advance.expected_last
-        advance = replace(
-            advance,
-            expected_last=aware_utc(expected, "expected_last") if expected is not None else None,
-            new_last=aware_utc(advance.new_last, "new_last"),
-            items=check_items(advance.items),
-        )
-        return await self.driver.plan_advance(advance)
+        return (await self.plan_advance_many([advance]))[0]
+
+    async def plan_advance_many(self, steps: Sequence[PlanAdvance]) -> list[bool]:
+        if not steps:
+            return []
+        return await self.driver.plan_advance_many([check_step(step) for step in steps])
+
+    async def plan_due(
+        self,
+        before: datetime,
+        limit: int,
+        slots: Sequence[tuple[int, int]] | None = None,
+    ) -> DueBatch:
+        ranges = check_slots(slots)
+        if check_limit(limit) <= 0 or ranges == []:
+            return DueBatch([], None)
+        return await self.driver.plan_due(aware_utc(before, "before"), limit, ranges)
+
+    async def plan_cursor_ensure(
+        self,
+        streams: Sequence[tuple[str, str]],
+        at: datetime | None = None,
+        *,
+        revive: bool = False,
+    ) -> int:
+        pairs = check_streams(streams)
+        if not pairs:
+            return 0
+        moment = aware_utc(at, "at") if at is not None else None
+        return await self.driver.plan_cursor_ensure(pairs, moment, revive=bool(revive))
 
     async def occurrence_claim(
         self,
@@ -275,6 +299,20 @@ class CheckedStore:
 
     async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
         return await self.driver.leader_get(name, self._at(now))
+
+    # -- planning partitions ----------------------------------------------------------------
+    async def partition_sync(
+        self,
+        instance_id: str,
+        want: Collection[int],
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[PartitionLease]:
+        wanted, ttl = check_partitions(want), positive_ttl(ttl)
+        return await self.driver.partition_sync(instance_id, wanted, ttl, self._at(now))
+
+    async def partition_list(self, now: datetime | None = None) -> list[PartitionLease]:
+        return await self.driver.partition_list(self._at(now))
 
     # -- instances --------------------------------------------------------------------------
     async def instance_heartbeat(

@@ -14,7 +14,15 @@ from datetime import datetime, timedelta
 
 from soloist.clock import UTC
 from soloist.errors import ConfigError
-from soloist.models import InstanceInfo, JobRecord, NewOccurrence, Outcome, State
+from soloist.models import (
+    SLOTS,
+    InstanceInfo,
+    JobRecord,
+    NewOccurrence,
+    Outcome,
+    PlanAdvance,
+    State,
+)
 
 __all__ = [
     "OUTCOME_STATES",
@@ -26,7 +34,11 @@ __all__ = [
     "check_job",
     "check_limit",
     "check_outcomes",
+    "check_partitions",
+    "check_slots",
     "check_state",
+    "check_step",
+    "check_streams",
     "check_tasks",
     "positive_ttl",
 ]
@@ -136,3 +148,65 @@ def check_info(info: InstanceInfo) -> InstanceInfo:
     """``info`` with its started_at in UTC."""
     started = aware_utc(info.started_at, "started_at")
     return info if started is info.started_at else replace(info, started_at=started)
+
+
+def _optional_utc(moment: datetime | None, what: str) -> datetime | None:
+    return aware_utc(moment, what) if moment is not None else None
+
+
+def check_step(step: PlanAdvance) -> PlanAdvance:
+    """A plan step with every time in UTC, a count >= 0, ``new_last`` None only when
+    ``expected_last`` is, and a fence of integers."""
+    if not isinstance(step.added_count, int) or step.added_count < 0:
+        raise ConfigError(f"invalid added_count {step.added_count!r}: expected an integer >= 0")
+    if step.new_last is None and step.expected_last is not None:
+        raise ConfigError(
+            f"invalid new_last None for {step.job!r}/{step.scope!r}: a planned stream "
+            "(expected_last set) must keep a last plan time"
+        )
+    fence = step.fence
+    if fence is not None and not (_is_int(fence.partition) and _is_int(fence.epoch)):
+        raise ConfigError(f"invalid fence {fence!r}: expected integer partition and epoch")
+    return replace(
+        step,
+        expected_last=_optional_utc(step.expected_last, "expected_last"),
+        new_last=_optional_utc(step.new_last, "new_last"),
+        next_plan_time=_optional_utc(step.next_plan_time, "next_plan_time"),
+        items=check_items(step.items),
+    )
+
+
+def check_slots(slots: Sequence[tuple[int, int]] | None) -> list[tuple[int, int]] | None:
+    """Slot ranges ``[lo, hi)`` within ``[0, SLOTS]`` (None: every slot)."""
+    if slots is None:
+        return None
+    checked = []
+    for pair in slots:
+        lo, hi = pair
+        if not (_is_int(lo) and _is_int(hi) and 0 <= lo < hi <= SLOTS):
+            raise ConfigError(
+                f"invalid slot range {pair!r}: expected integers 0 <= lo < hi <= {SLOTS}"
+            )
+        checked.append((lo, hi))
+    return checked
+
+
+def check_streams(streams: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(job, scope) pairs of strings."""
+    checked = []
+    for pair in streams:
+        if isinstance(pair, str) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise ConfigError(f"invalid stream {pair!r}: expected a (job, scope) pair of strings")
+        checked.append((pair[0], pair[1]))
+    return checked
+
+
+def check_partitions(want: Collection[int]) -> list[int]:
+    """Partition numbers: distinct integers >= 0, sorted."""
+    if isinstance(want, str) or not all(_is_int(p) and p >= 0 for p in want):
+        raise ConfigError(f"invalid partitions {want!r}: expected integers >= 0")
+    return sorted(set(want))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -16,6 +16,8 @@ from soloist.models import (
     RELEASED,
     Attempt,
     Claimed,
+    DueBatch,
+    DueStream,
     ErrorCode,
     InstanceInfo,
     JobRecord,
@@ -25,6 +27,7 @@ from soloist.models import (
     OccurrenceCounts,
     Outcome,
     Overlap,
+    PartitionLease,
     PlanAdvance,
     PlanCursor,
     State,
@@ -69,6 +72,7 @@ class MemoryStore:
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, list[Attempt]] = {}
         self._elections = Elections()
+        self._partitions: dict[int, PartitionLease] = {}
         self._instances = Instances()
 
     # -- life cycle -------------------------------------------------------------------------
@@ -122,21 +126,76 @@ class MemoryStore:
             return self._cursors.get((job, scope))
 
     async def plan_advance(self, advance: PlanAdvance) -> bool:
-        job, scope, expected = advance.job, advance.scope, advance.expected_last
-        new_last, added_count = advance.new_last, advance.added_count
+        return (await self.plan_advance_many([advance]))[0]
+
+    async def plan_advance_many(self, steps: Sequence[PlanAdvance]) -> list[bool]:
         created = self._clock.now()
-        news = [rows.new_occurrence(item, created) for item in advance.items]
+        news = [[rows.new_occurrence(item, created) for item in s.items] for s in steps]
         with self._lock:
-            cursor = self._cursors.get((job, scope))
-            # Cursors only ever hold a plan time, so "no cursor" and "expected None" agree.
-            if (cursor.last_plan_time if cursor is not None else None) != expected:
+            return [self._advance(step, items) for step, items in zip(steps, news, strict=True)]
+
+    def _advance(self, step: PlanAdvance, news: list[Occurrence]) -> bool:
+        key = (step.job, step.scope)
+        cursor = self._cursors.get(key)
+        if (cursor.last_plan_time if cursor is not None else None) != step.expected_last:
+            return False
+        if step.fence is not None:
+            lease = self._partitions.get(step.fence.partition)
+            if lease is None or lease.epoch != step.fence.epoch:
                 return False
-            count = cursor.planned_count if cursor is not None else 0
-            self._cursors[(job, scope)] = PlanCursor(job, scope, new_last, count + added_count)
-            for new in news:
-                if new.dedupe_key not in self._by_key:
-                    self._add(new)
-            return True
+            if lease.expires_at <= self._clock.now():
+                return False
+        count = (cursor.planned_count if cursor is not None else 0) + step.added_count
+        self._cursors[key] = PlanCursor(
+            step.job, step.scope, step.new_last, count, step.next_plan_time
+        )
+        for new in news:
+            if new.dedupe_key not in self._by_key:
+                self._add(new)
+        return True
+
+    async def plan_due(
+        self,
+        before: datetime,
+        limit: int,
+        slots: Sequence[tuple[int, int]] | None = None,
+    ) -> DueBatch:
+        """A scan of every cursor: the memory store holds test-sized data."""
+        with self._lock:
+            asked = [
+                c
+                for c in self._cursors.values()
+                if c.next_plan_time is not None
+                and (slots is None or any(lo <= c.slot < hi for lo, hi in slots))
+            ]
+            due = sorted(
+                (c for c in asked if c.next_plan_time <= before),  # type: ignore[operator]
+                key=lambda c: (c.next_plan_time, c.job, c.scope),
+            )[:limit]
+            later = [c.next_plan_time for c in asked if c.next_plan_time > before]  # type: ignore[operator]
+            streams = [DueStream(c, copy.deepcopy(self._jobs.get(c.job))) for c in due]
+            return DueBatch(streams, min(later, default=None))  # type: ignore[type-var]
+
+    async def plan_cursor_ensure(
+        self,
+        streams: Sequence[tuple[str, str]],
+        at: datetime | None = None,
+        *,
+        revive: bool = False,
+    ) -> int:
+        changed = 0
+        with self._lock:
+            moment = at if at is not None else self._clock.now()
+            for job, scope in streams:
+                cursor = self._cursors.get((job, scope))
+                if cursor is None:
+                    self._cursors[(job, scope)] = PlanCursor(job, scope, None, 0, moment)
+                elif revive and cursor.next_plan_time is None:
+                    self._cursors[(job, scope)] = replace(cursor, next_plan_time=moment)
+                else:
+                    continue
+                changed += 1
+        return changed
 
     async def occurrence_claim(
         self,
@@ -383,6 +442,8 @@ class MemoryStore:
             if checked.name in self._jobs:
                 raise DuplicateJobError(f"a job named {checked.name!r} already exists")
             self._jobs[checked.name] = checked
+            key = (checked.name, "")
+            self._cursors[key] = PlanCursor(*key, None, 0, checked.created_at)
 
     async def job_get(self, name: str) -> JobRecord | None:
         with self._lock:
@@ -438,6 +499,39 @@ class MemoryStore:
         now = self._now(now)
         with self._lock:
             return self._elections.get(name, now)
+
+    # -- planning partitions ----------------------------------------------------------------
+    async def partition_sync(
+        self,
+        instance_id: str,
+        want: Collection[int],
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[PartitionLease]:
+        now = self._now(now)
+        with self._lock:
+            leases = self._partitions
+            for number, lease in list(leases.items()):
+                mine = lease.holder == instance_id and lease.expires_at > now
+                if mine and number not in want:
+                    leases[number] = replace(lease, expires_at=now)
+            for number in want:
+                lease = leases.get(number)
+                if lease is not None and lease.expires_at > now:
+                    if lease.holder == instance_id:
+                        leases[number] = replace(lease, expires_at=now + ttl)
+                    continue
+                epoch = lease.epoch + 1 if lease is not None else 1
+                leases[number] = PartitionLease(number, instance_id, epoch, now + ttl)
+            return self._partition_view(now)
+
+    async def partition_list(self, now: datetime | None = None) -> list[PartitionLease]:
+        now = self._now(now)
+        with self._lock:
+            return self._partition_view(now)
+
+    def _partition_view(self, now: datetime) -> list[PartitionLease]:
+        return [lease for _, lease in sorted(self._partitions.items()) if lease.expires_at > now]
 
     # -- instances --------------------------------------------------------------------------
     async def instance_heartbeat(

@@ -43,6 +43,7 @@ from soloist.testing.conformance.instances import InstanceConformance, instance_
 from soloist.testing.conformance.jobs import JobConformance
 from soloist.testing.conformance.leases import LeaseConformance
 from soloist.testing.conformance.occurrences import OccurrenceConformance
+from soloist.testing.conformance.planning import PlanningConformance
 
 __all__ = [
     "T0",
@@ -64,6 +65,7 @@ class StoreConformance(
     AttemptConformance,
     CountConformance,
     JobConformance,
+    PlanningConformance,
     ElectionConformance,
     InstanceConformance,
     CheckConformance,
