@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError
+from soloist.models import SLOTS
 from soloist.stores import DEFAULT_STORE_URL, check_store_url
 
 MODES = ("distributed", "leader", "local")
@@ -54,6 +55,9 @@ class Config:
     #: Threads of timed-out sync handlers replaced at most (default: ``concurrency``);
     #: at the bound /readyz fails (see docs/explanation/guarantees.md, timeouts).
     max_leaked_threads: int | None = None
+    #: How many partitions the streams to plan hash into (distributed mode): the same
+    #: for every instance of an app (see soloist.runtime.partitions).
+    partitions: int = 64
 
     @classmethod
     def resolve(
@@ -73,6 +77,7 @@ class Config:
         http: object = None,
         token: str | None = None,
         max_leaked_threads: int | None = None,
+        partitions: object = None,
     ) -> Config:
         env = os.environ
         url = store_url or env.get("SOLOIST_STORE_URL") or DEFAULT_STORE_URL
@@ -122,6 +127,9 @@ class Config:
             http=parse_http_address(address) if address is not None else None,
             token=token,
             max_leaked_threads=concurrency if leaks is None else leaks,
+            partitions=check_partitions(
+                partitions if partitions is not None else env.get("SOLOIST_PARTITIONS") or 64
+            ),
         )
 
     def override(
@@ -210,3 +218,19 @@ def parse_http_address(value: object) -> tuple[str, int]:
     ):
         raise bad
     return host, int(port_text)
+
+
+def check_partitions(value: object) -> int:
+    """A partition count: an integer from 1 to 4096 (a string of one, from the
+    environment)."""
+    count: object = value
+    if isinstance(value, str):
+        try:
+            count = int(value.strip())
+        except ValueError:
+            count = value
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= SLOTS:
+        raise ConfigError(
+            f"invalid partitions {value!r}: expected an integer from 1 to {SLOTS}"
+        )
+    return count

@@ -77,6 +77,7 @@ class Scheduler:
         http: object = None,
         token: str | None = None,
         max_leaked_threads: int | None = None,
+        partitions: int | None = None,
         migrate: bool = True,
     ) -> None:
         url = store.url if isinstance(store, Store) else store
@@ -95,6 +96,7 @@ class Scheduler:
             http=http,
             token=token,
             max_leaked_threads=max_leaked_threads,
+            partitions=partitions,
         )
         self.clock: Clock = clock or SystemClock()
         #: This instance's Prometheus metrics (served by ``GET /metrics``).

@@ -92,6 +92,14 @@ async def started(app: Scheduler) -> Runtime:
     await runtime.register()
     return runtime
 
+async def plan_tick(runtime: Runtime) -> float:
+    """One planner tick after one of the partition service (these tests drive the
+    services' ticks by hand, on a fake clock)."""
+    if runtime.partitions is not None:
+        await runtime.partitions.tick()
+    return await runtime.planner.tick()
+
+
 
 async def start_gated(app: Scheduler) -> tuple[Runtime, str, asyncio.Event]:
     """A runtime that has claimed one run of an async task ``slow`` which waits for the
@@ -310,7 +318,7 @@ async def test_the_planner_sleeps_on_the_store_clock_whatever_the_local_clock(
     app.job(every("1s"), name="tick")(lambda ctx: None)
     runtime = await started(app)
     for _ in range(20):
-        delay = await runtime.planner.tick()
+        delay = await plan_tick(runtime)
         assert 0 < delay <= 1.0
         store_clock.advance(delay)
         local.advance(delay)
@@ -329,10 +337,10 @@ async def test_latest_after_a_long_outage_runs_the_newest_missed_instant(
     app = make_app(clock, store)
     app.job(every("1s"), name="tick")(lambda ctx: None)
     runtime = await started(app)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     clock.advance(timedelta(hours=10))
     now = clock.now()
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     plans = sorted(o.plan_time for o in await store.occurrence_list(job="tick", limit=100))
     missed = [p for p in plans if T0 + timedelta(seconds=1) < p < now - timedelta(seconds=10)]
     assert len(missed) == 1 and missed[0] >= now - timedelta(seconds=11)
@@ -345,10 +353,10 @@ async def test_catch_up_all_keeps_only_the_window(clock: FakeClock) -> None:
     app = make_app(clock, store, misfire_grace="0s")
     app.job(every("1s"), name="tick", catch_up="all", catch_up_window="5s")(lambda ctx: None)
     runtime = await started(app)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     clock.advance(60)
     now = clock.now()
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     plans = sorted(o.plan_time for o in await store.occurrence_list(job="tick", limit=1000))
     kept = [p for p in plans if T0 + timedelta(seconds=1) < p <= now]
     assert kept == [now - timedelta(seconds=s) for s in range(5, -1, -1)]
@@ -378,9 +386,9 @@ async def test_a_catch_up_all_backlog_runs_in_order_without_skipping(
         order.append(ctx.plan_time)
 
     runtime = await started(app)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     clock.advance(9)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     for _ in range(30):
         await runtime.executor.tick()
         await settle(runtime)
@@ -637,10 +645,10 @@ async def test_instants_within_misfire_grace_are_not_cut_by_a_shorter_window(
     app = make_app(clock, store)  # misfire_grace 10 s (default)
     app.job(every("1s"), name="tick", catch_up="all", catch_up_window="3s")(lambda ctx: None)
     runtime = await started(app)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     t0 = clock.now()
     clock.advance(8)  # down 8 s: every instant is late but within the 10 s grace
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     plans = sorted(o.plan_time for o in await store.occurrence_list(job="tick", limit=100))
     late = [p for p in plans if p <= clock.now()]
     # t0+1 may have been planned by the first tick (lookahead); t0+2..t0+8 must all be there

@@ -30,6 +30,14 @@ async def started(app: Scheduler) -> Runtime:
     await runtime.register()
     return runtime
 
+async def plan_tick(runtime: Runtime) -> float:
+    """One planner tick after one of the partition service (these tests drive the
+    services' ticks by hand, on a fake clock)."""
+    if runtime.partitions is not None:
+        await runtime.partitions.tick()
+    return await runtime.planner.tick()
+
+
 
 async def settle(runtime: Runtime) -> None:
     """Wait until every handler this runtime started has finished and been recorded."""
@@ -58,7 +66,7 @@ async def test_two_planners_plan_each_instant_once(clock: FakeClock, store: Memo
     for _ in range(10):
         clock.advance(0.5)
         for runtime in runtimes:
-            await runtime.planner.tick()
+            await plan_tick(runtime)
     plans = [o.plan_time for o in await store.occurrence_list(job="tick", limit=1000)]
     assert len(plans) == len(set(plans))
     assert sorted(plans) == [T0 + timedelta(seconds=s) for s in range(1, 7)]
@@ -75,9 +83,9 @@ async def test_catch_up_policies_after_downtime(
     app = make_app(clock, store, "a")
     app.job(every("1m"), name="minutely", catch_up=policy)(lambda ctx: None)
     runtime = await started(app)
-    await runtime.planner.tick()  # first sight: cursor starts now
+    await plan_tick(runtime)  # first sight: cursor starts now
     clock.advance(timedelta(minutes=50, seconds=30))  # down for 50 minutes
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     plans = sorted(o.plan_time for o in await store.occurrence_list(job="minutely", limit=1000))
     assert len(plans) == expected_missed
     if policy == "latest":
@@ -89,9 +97,9 @@ async def test_catch_up_window_bounds_all(clock: FakeClock, store: MemoryStore) 
     app = make_app(clock, store, "a")
     app.job(every("1m"), name="m", catch_up="all", catch_up_window="10m")(lambda ctx: None)
     runtime = await started(app)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     clock.advance(timedelta(minutes=60, seconds=1))
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     plans = sorted(o.plan_time for o in await store.occurrence_list(job="m", limit=1000))
     assert plans[0] == T0 + timedelta(minutes=51)
     assert len(plans) == 10
@@ -106,9 +114,9 @@ async def test_max_runs_and_pause_stop_planning(clock: FakeClock, store: MemoryS
     await app.apause("paused")
     for _ in range(6):
         clock.advance(1)
-        await runtime.planner.tick()
+        await plan_tick(runtime)
     await app.aresume("paused")
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     assert len(await store.occurrence_list(job="three")) == 3
     assert await store.occurrence_list(job="paused") == []
 
@@ -230,11 +238,11 @@ async def test_overlap_skip_records_skipped(clock: FakeClock, store: MemoryStore
         await gate.wait()
 
     runtime = await started(app)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     clock.advance(1)
     await runtime.executor.tick()
     clock.advance(1)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     clock.advance(1)
     await runtime.executor.tick()
     gate.set()
@@ -272,12 +280,12 @@ async def test_scopes_get_independent_streams(clock: FakeClock, store: MemorySto
     tenants = ["acme", "globex"]
     app.job(every("1m"), name="report", scopes=lambda now: tenants)(lambda ctx: None)
     runtime = await started(app)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     clock.advance(60)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     tenants.append("initech")  # a new scope starts from now, no back-fill
     clock.advance(60)
-    await runtime.planner.tick()
+    await plan_tick(runtime)
     rows = await store.occurrence_list(job="report", limit=100)
     by_scope = sorted((o.scope, o.plan_time.minute) for o in rows)
     assert by_scope == [
@@ -299,9 +307,9 @@ async def test_scopes_with_control_characters_are_not_planned(
     )
     runtime = await started(app)
     with caplog.at_level(logging.ERROR, logger="soloist"):
-        await runtime.planner.tick()
+        await plan_tick(runtime)
         clock.advance(60)
-        await runtime.planner.tick()
+        await plan_tick(runtime)
     rows = await store.occurrence_list(job="report", limit=100)
     assert {o.scope for o in rows} == {"acme"}
     assert any("bad\\x00x" in r.getMessage() for r in caplog.records), caplog.text
@@ -314,7 +322,7 @@ async def test_planner_sleeps_until_the_next_plan_time(
     app = make_app(clock, store, "a", poll_interval="1h")
     app.job(every("10m"), name="ten")(lambda ctx: None)
     runtime = await started(app)
-    delay = await runtime.planner.tick()
+    delay = await plan_tick(runtime)
     # next instant is 12:10; lookahead 1 s; the clock reads 12:00:00
     assert delay == pytest.approx(600 - 1)
 
@@ -387,7 +395,7 @@ async def test_local_mode_runs_every_job_in_every_instance(
         runtimes.append(await started(app))
     for _ in range(2):
         for runtime in runtimes:
-            await runtime.planner.tick()
+            await plan_tick(runtime)
         clock.advance(1)
     for runtime in runtimes:
         await runtime.executor.tick()
@@ -415,10 +423,10 @@ async def test_local_mode_private_copies_do_not_skip_each_other(
         app.job(every("1s"), name="tick")(lambda ctx: gate.wait(5))
         runtimes.append(await started(app))
     for runtime in runtimes:
-        await runtime.planner.tick()
+        await plan_tick(runtime)
     clock.advance(1)
     for runtime in runtimes:
-        await runtime.planner.tick()
+        await plan_tick(runtime)
         await runtime.executor.tick()  # a's copy is still running when b claims its own
     gate.set()
     for runtime in runtimes:
@@ -449,9 +457,9 @@ async def test_leader_mode_the_leader_plans_dynamic_schedules_and_any_instance_r
     await b.elector.tick()
     assert a.elector.is_leader and not b.elector.is_leader
     await app_a.schedules.aadd("report-1", task="report", schedule=every("1s"))
-    await b.planner.tick()
+    await plan_tick(b)
     assert await store.occurrence_list(limit=10) == []  # a follower plans nothing
-    await a.planner.tick()
+    await plan_tick(a)
     clock.advance(1)
     await b.executor.tick()  # the follower claims the dynamic schedule's occurrence only
     await settle(b)

@@ -1,10 +1,11 @@
-"""The services one instance runs: planner, executor, heartbeater, reaper, elector and
-registrar.
+"""The services one instance runs: planner, executor, heartbeater, reaper, elector,
+registrar and, in distributed mode, partitions.
 
 :class:`Runtime` wires them to one store and one registry, according to the mode:
 
-* ``distributed``: every instance plans and runs everything; the store's atomic claims
-  make each occurrence run once.
+* ``distributed``: the live instances share planning by partitions (each plans the
+  streams of the partitions it holds, :mod:`soloist.runtime.partitions`) and every
+  instance runs everything; the store's atomic claims make each occurrence run once.
 * ``leader``: only the elected leader plans and runs recurring jobs; every instance still
   runs queued tasks.
 * ``local``: no coordination: each instance plans and runs its own copy of every job
@@ -32,6 +33,7 @@ from soloist.runtime.elector import Elector, LeadershipCallback
 from soloist.runtime.executor import Executor
 from soloist.runtime.health import Health, pool_report, pool_state
 from soloist.runtime.leases import Heartbeater, Reaper
+from soloist.runtime.partitions import Partitions
 from soloist.runtime.planner import Planner
 from soloist.runtime.recovery import StoreRecovery
 from soloist.runtime.registrar import Registrar
@@ -80,6 +82,15 @@ class Runtime:
             call_timeout=config.heartbeat,
             on_short_lease=lambda: self.heartbeater.wake(),
         )
+        self.partitions: Partitions | None = None
+        if config.mode == "distributed":
+            self.partitions = Partitions(
+                bundle,
+                store,
+                count=config.partitions,
+                ttl=config.lease_ttl,
+                on_gained=lambda: self.planner.wake(),
+            )
         self.planner = Planner(
             bundle,
             store,
@@ -90,6 +101,7 @@ class Runtime:
             on_planned=self.executor.wake,
             active=self.plans,
             local_owner=iid if config.mode == "local" else None,
+            ownership=self.partitions,
         )
         self.heartbeater = Heartbeater(bundle, self.executor, config.heartbeat)
         self.reaper = Reaper(bundle, store, config.heartbeat, self.executor.wake)
@@ -99,7 +111,7 @@ class Runtime:
             mode=config.mode,
             interval=config.heartbeat,
             ttl=config.lease_ttl,
-            metadata={"jobs": sorted(registry.jobs), "tasks": registry.queue_tasks()},
+            metadata=self._announced(),
         )
         # The executor makes its pool; how many leaked threads it replaces is set here.
         pool = self.executor.pool
@@ -112,14 +124,28 @@ class Runtime:
         self.started = asyncio.Event()
         self._stopped = False
 
+    def _announced(self) -> dict[str, object]:
+        """What this instance announces with its heartbeats (``soloist status``), and the
+        partition count the instances of distributed mode must agree on."""
+        registry = self.registry
+        metadata: dict[str, object] = {
+            "jobs": sorted(registry.jobs),
+            "tasks": registry.queue_tasks(),
+        }
+        if self.partitions is not None:
+            metadata["partitions"] = self.partitions.count
+        return metadata
+
     def services(self) -> list[Service]:
         """Every service of this instance."""
+        partitions = [self.partitions] if self.partitions is not None else []
         return [
             self.registrar,
             self.elector,
             self.reaper,
             self.heartbeater,
             self.executor,
+            *partitions,
             self.planner,
         ]
 
@@ -168,6 +194,7 @@ class Runtime:
         await self.elector.demote("the store lost its data")
         await self.store.migrate()
         await self.register()
+        self.planner.rediscover()
         self.wake()
 
     # -- what this instance says about itself -----------------------------------------------
@@ -180,10 +207,13 @@ class Runtime:
 
     def report(self) -> dict[str, object]:
         """The fields of ``GET /status`` about this instance's own state."""
-        return {
+        report: dict[str, object] = {
             "workers": pool_report(self.executor.pool),
             "store_data_lost": self.recovery.report(),
         }
+        if self.partitions is not None:
+            report["partitions"] = self.partitions.report()
+        return report
 
     async def stop(self) -> None:
         """Graceful stop; safe to call twice."""
@@ -198,6 +228,8 @@ class Runtime:
             extra={"action": "stopping", "instance_id": self.config.instance_id},
         )
         await self.planner.stop()
+        if self.partitions is not None:
+            await self.partitions.release()
         await self.elector.resign()
         await self.executor.drain(self.config.grace_period.total_seconds())
         await self.heartbeater.stop()

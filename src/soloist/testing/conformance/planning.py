@@ -5,6 +5,7 @@ partition_list)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -267,7 +268,7 @@ class PlanningConformance:
         for count in (1, 3, 64, 1000, SLOTS):
             ranges = [partition_slots(p, count) for p in range(count)]
             assert ranges[0][0] == 0 and ranges[-1][1] == SLOTS
-            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
             for slot in (0, 1, SLOTS // 3, SLOTS - 1):
                 lo, hi = ranges[slot_partition(slot, count)]
                 assert lo <= slot < hi
