@@ -55,3 +55,9 @@ def from_epoch_us(value: int) -> datetime:
     """The aware UTC datetime of :func:`to_epoch_us`."""
     seconds, micros = divmod(value, 1_000_000)
     return datetime.fromtimestamp(seconds, UTC).replace(microsecond=micros)
+
+
+def cpu_time() -> float:
+    """CPU seconds used by the calling thread (not a clock of time passing: a measure of
+    work, for reports such as the planner's)."""
+    return time.thread_time()

@@ -210,6 +210,7 @@ class Runtime:
         report: dict[str, object] = {
             "workers": pool_report(self.executor.pool),
             "store_data_lost": self.recovery.report(),
+            "planner": self.planner.report(),
         }
         if self.partitions is not None:
             report["partitions"] = self.partitions.report()

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from soloist.clock import to_epoch_us
+from soloist.clock import cpu_time, to_epoch_us
 from soloist.models import (
     CatchUp,
     DueStream,
@@ -151,12 +151,24 @@ class Planner(Service):
         #: Streams planned and store round trips made, in all (the bench reads them).
         self.streams_total = 0
         self.round_trips = 0
+        #: CPU time this planner spent walking schedules and building plans (its own
+        #: work, not the store's or the driver's).
+        self.cpu_seconds = 0.0
         #: Code-defined streams entered into the index, and each scoped job's scopes.
         self._known: set[tuple[str, str]] = set()
         self._scope_sets: dict[str, set[str]] = {}
         self._discovered_at: float | None = None
         self._dynamic_seen = False
         self._parsed: dict[str, tuple[JobRecord, JobDef]] = {}
+
+    def report(self) -> dict[str, object]:
+        """What this planner did, in all (``GET /status``, the bench)."""
+        return {
+            "planned": self.planned_total,
+            "streams": self.streams_total,
+            "round_trips": self.round_trips,
+            "cpu_seconds": round(self.cpu_seconds, 3),
+        }
 
     def rediscover(self) -> None:
         """Enter every stream into the index again at the next tick (the store lost its
@@ -183,7 +195,9 @@ class Planner(Service):
         next_wake = now + self.refresh
         for _ in range(MAX_BATCHES):
             batch = await self.store.plan_due(now + self.lookahead, BATCH, slots)
+            cpu = cpu_time()
             steps = [s for s in (self._step(due, now) for due in batch.streams) if s]
+            self.cpu_seconds += cpu_time() - cpu
             results = await self.store.plan_advance_many(steps) if steps else []
             self.round_trips += 2 if steps else 1
             if not all(results):
