@@ -1,0 +1,282 @@
+"""Planning from the store's index and partitioned ownership, tick by tick on a fake clock
+and the memory store: what a tick costs, which streams enter and leave the index, and how
+instances share partitions."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from soloist import Scheduler, every
+from soloist.errors import ConfigError
+from soloist.models import SLOTS, InstanceInfo, slot_partition, stream_slot
+from soloist.runtime import Runtime
+from soloist.runtime.partitions import assign
+from soloist.stores.memory import MemoryStore
+from soloist.testing import FakeClock
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+TTL = timedelta(seconds=9)
+
+
+def make_app(clock: FakeClock, store: MemoryStore, iid: str = "a", **options: object) -> Scheduler:
+    return Scheduler(store, instance_id=iid, clock=clock, lease_ttl="9s", **options)  # type: ignore[arg-type]
+
+
+async def started(app: Scheduler) -> Runtime:
+    store = await app.astore()
+    runtime = Runtime(store, app.registry, app.config, app.clock)
+    await runtime.register()
+    return runtime
+
+
+async def plan_tick(runtime: Runtime) -> float:
+    if runtime.partitions is not None:
+        await runtime.partitions.tick()
+    return await runtime.planner.tick()
+
+
+async def announce(runtime: Runtime) -> None:
+    """The registrar's heartbeat, as its loop would send it."""
+    await runtime.registrar.tick()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemoryStore:
+    return MemoryStore("memory://", clock=clock)
+
+
+async def add_schedules(app: Scheduler, count: int, period: str, prefix: str = "s") -> None:
+    for n in range(count):
+        await app.schedules.aadd(f"{prefix}{n}", task="work", schedule=every(period))
+
+
+# -- the cost of a tick ------------------------------------------------------------------------
+async def test_a_tick_costs_what_the_due_streams_cost(clock: FakeClock, store: MemoryStore) -> None:
+    """Thousands of streams that are not due cost nothing: the tick plans the due ones only
+    and makes a handful of round trips, the same as with the due streams alone."""
+    app = make_app(clock, store)
+    app.task(name="work")(lambda ctx: None)
+    await add_schedules(app, 2_000, "1h", prefix="idle")
+    runtime = await started(app)
+    await plan_tick(runtime)  # first sight of every stream
+    clock.advance(30)
+    await add_schedules(app, 10, "1m", prefix="busy")
+    before = dict(runtime.planner.report())
+    await plan_tick(runtime)
+    after = runtime.planner.report()
+    assert after["streams"] - before["streams"] == 10  # type: ignore[operator]
+    # store.now(), one plan_due and one plan_advance_many
+    assert after["round_trips"] - before["round_trips"] == 3  # type: ignore[operator]
+
+
+async def test_more_due_streams_than_a_batch_go_in_batches(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """1,200 due streams take three batches of at most 500 in one tick, and all are planned."""
+    app = make_app(clock, store)
+    app.task(name="work")(lambda ctx: None)
+    await add_schedules(app, 1_200, "1m")
+    runtime = await started(app)
+    await plan_tick(runtime)
+    clock.advance(60)
+    before = runtime.planner.report()["round_trips"]
+    await plan_tick(runtime)
+    assert runtime.planner.report()["round_trips"] - before == 1 + 3 * 2  # type: ignore[operator]
+    rows = await store.occurrence_list(limit=5_000)
+    assert len({o.job for o in rows}) == 1_200
+
+
+# -- entering and leaving the index ------------------------------------------------------------
+async def test_a_scope_that_goes_leaves_the_index_and_comes_back(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A scope the provider stops returning leaves the index and is no longer planned;
+    when it returns, it is entered again (at the next refresh) and planned."""
+    tenants = ["acme", "globex"]
+    app = make_app(clock, store, poll_interval="1s")  # refresh: 5 s
+    app.job(every("1m"), name="report", scopes=lambda now: list(tenants))(lambda ctx: None)
+    runtime = await started(app)
+    await plan_tick(runtime)
+    tenants.remove("globex")
+    clock.advance(60)
+    await plan_tick(runtime)
+    cursor = await store.plan_cursor_get("report", "globex")
+    assert cursor is not None and cursor.next_plan_time is None
+    clock.advance(60)
+    await plan_tick(runtime)
+    tenants.append("globex")
+    clock.advance(60)
+    await plan_tick(runtime)
+    rows = await store.occurrence_list(job="report", limit=100)
+    globex = sorted(o.plan_time for o in rows if o.scope == "globex")
+    acme = sorted(o.plan_time for o in rows if o.scope == "acme")
+    assert acme == [T0 + timedelta(minutes=m) for m in (1, 2, 3)]
+    # back at minute 3: the catch-up policy (latest) runs the newest instant missed while it
+    # was gone, as for any stream planned late, then the due one
+    assert globex == [T0 + timedelta(minutes=2), T0 + timedelta(minutes=3)]
+
+
+async def test_10k_scopes_are_entered_in_batches(clock: FakeClock, store: MemoryStore) -> None:
+    """A provider returning 10,000 scopes costs ten entering round trips once, not 10,000
+    sequential ones, and none at the next refresh when nothing changed."""
+    scopes = [f"t{n}" for n in range(10_000)]
+    app = make_app(clock, store)
+    app.job(every("1h"), name="report", scopes=lambda now: scopes)(lambda ctx: None)
+    runtime = await started(app)
+    await plan_tick(runtime)
+    first = runtime.planner.report()["round_trips"]
+    # now(), 10 ensure batches, job_list once, then plan_due/advance batches (20 at most)
+    assert 12 <= first <= 12 + 2 * 20  # type: ignore[operator]
+    clock.advance(30)
+    before = runtime.planner.report()["round_trips"]
+    await plan_tick(runtime)
+    assert runtime.planner.report()["round_trips"] - before <= 3  # type: ignore[operator]
+
+
+async def test_max_runs_are_not_spent_while_paused(clock: FakeClock, store: MemoryStore) -> None:
+    """Instants passed while paused are not planned and do not count towards max_runs: the
+    stream stays in the index and plans again after resume."""
+    app = make_app(clock, store)
+    app.task(name="work")(lambda ctx: None)
+    await app.schedules.aadd("capped", task="work", schedule=every("1m", max_runs=2))
+    runtime = await started(app)
+    await plan_tick(runtime)
+    await store.job_set_paused("capped", True)
+    for _ in range(3):
+        clock.advance(60)
+        await plan_tick(runtime)
+    assert await store.occurrence_list(job="capped", limit=10) == []
+    await store.job_set_paused("capped", False)
+    for _ in range(3):
+        clock.advance(60)
+        await plan_tick(runtime)
+    rows = await store.occurrence_list(job="capped", limit=10)
+    assert len(rows) == 2
+    cursor = await store.plan_cursor_get("capped", "")
+    assert cursor is not None and cursor.planned_count == 2 and cursor.next_plan_time is None
+
+
+async def test_an_unknown_task_is_looked_at_after_refresh(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A dynamic schedule of a task this instance does not define is left for later (one
+    refresh), not planned, and does not make the planner spin."""
+    other = make_app(clock, store, "b")
+    other.task(name="elsewhere")(lambda ctx: None)
+    await other.schedules.aadd("theirs", task="elsewhere", schedule=every("1s"))
+    app = make_app(clock, store, poll_interval="1s")
+    runtime = await started(app)
+    delay = await plan_tick(runtime)
+    assert delay == pytest.approx(5.0 - 1.0)  # refresh, less the lookahead
+    cursor = await store.plan_cursor_get("theirs", "")
+    assert cursor is not None and cursor.next_plan_time == T0 + timedelta(seconds=5)
+    assert await store.occurrence_list(job="theirs", limit=10) == []
+
+
+# -- partitions ---------------------------------------------------------------------------------
+def test_assignment_is_balanced_and_moves_little() -> None:
+    """Each instance gets at most ceil(P / live); a fourth instance takes partitions only
+    from the others' shares, and about a quarter of them move."""
+    three = assign(["a", "b", "c"], 64)
+    assert sorted(p for ps in three.values() for p in ps) == list(range(64))
+    assert max(len(ps) for ps in three.values()) == 22
+    four = assign(["a", "b", "c", "d"], 64)
+    assert max(len(ps) for ps in four.values()) == 16
+    moved = sum(1 for i in "abc" for p in four[i] if p not in three[i])
+    assert moved <= 8  # the rest of d's 16 came from the others' shares
+    assert assign(["a"], 64) == {"a": list(range(64))}
+
+
+def test_slots_map_to_partitions_in_ranges() -> None:
+    """A stream's partition comes from its slot; every partition has slots."""
+    counts = {slot_partition(stream_slot(f"j{n}", ""), 64) for n in range(5_000)}
+    assert counts == set(range(64))
+    assert {slot_partition(s, 64) for s in range(SLOTS)} == set(range(64))
+
+
+async def test_two_instances_split_the_streams_and_each_plans_its_own(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """Two live instances hold half the partitions each; each plans only the streams of
+    its partitions, and together every stream once."""
+    apps = [make_app(clock, store, iid) for iid in ("a", "b")]
+    for app in apps:
+        app.task(name="work")(lambda ctx: None)
+    await add_schedules(apps[0], 300, "1m")
+    a, b = [await started(app) for app in apps]
+    for runtime in (a, b):
+        await announce(runtime)
+    for _ in range(2):  # the first sync of a takes all; the next rebalances
+        for runtime in (a, b):
+            await runtime.partitions.tick()  # type: ignore[union-attr]
+    held_a = set(a.partitions.report()["held"])  # type: ignore[union-attr, arg-type]
+    held_b = set(b.partitions.report()["held"])  # type: ignore[union-attr, arg-type]
+    assert len(held_a) == len(held_b) == 32 and not held_a & held_b
+    for runtime in (a, b):
+        await runtime.planner.tick()
+    clock.advance(60)
+    for runtime in (a, b):
+        await announce(runtime)
+    for runtime in (a, b):
+        await plan_tick(runtime)
+    streams_a, streams_b = a.planner.streams_total, b.planner.streams_total
+    assert streams_a + streams_b == 600 and 0 < streams_a < 600
+    rows = await store.occurrence_list(limit=1_000)
+    assert len(rows) == 300 and len({o.job for o in rows}) == 300
+
+
+async def test_instances_that_disagree_on_the_count_do_not_plan(
+    clock: FakeClock, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An instance that sees another live instance with another partition count releases
+    its partitions, plans nothing and says why, until they agree again."""
+    app = make_app(clock, store, "a")
+    app.task(name="work")(lambda ctx: None)
+    await add_schedules(app, 5, "1m")
+    runtime = await started(app)
+    await plan_tick(runtime)
+    odd = InstanceInfo("odd", "distributed", "host", 1, T0, T0, T0 + TTL, {"partitions": 32})
+    clock.advance(60)
+    await store.instance_heartbeat(odd, TTL)
+    with caplog.at_level("WARNING", logger="soloist"):
+        await plan_tick(runtime)
+    report = runtime.partitions.report()  # type: ignore[union-attr]
+    assert report["held"] == [] and "odd has 32" in str(report["refusal"])
+    assert "odd has 32" in caplog.text
+    assert await store.partition_list() == []
+    assert await store.occurrence_list(limit=10) == []
+    await store.instance_remove("odd")
+    await plan_tick(runtime)
+    assert runtime.partitions.report()["refusal"] is None  # type: ignore[union-attr]
+    assert len(await store.occurrence_list(limit=10)) == 5
+
+
+async def test_a_lost_partition_is_not_planned_after_trust_runs_out(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """An instance whose syncs stop trusts its partitions only for 3/4 of the TTL: past
+    that its planner plans nothing, even before another instance takes over."""
+    app = make_app(clock, store, "a")
+    app.task(name="work")(lambda ctx: None)
+    await add_schedules(app, 5, "1m")
+    runtime = await started(app)
+    await plan_tick(runtime)
+    clock.advance(60)  # no partition sync in between: trust ran out long ago
+    await runtime.planner.tick()
+    assert await store.occurrence_list(limit=10) == []
+
+
+def test_the_partition_count_is_checked() -> None:
+    """partitions= takes an integer from 1 to 4096, and says so."""
+    with pytest.raises(ConfigError, match="invalid partitions 0: expected an integer from 1"):
+        Scheduler("memory://", partitions=0)
+    with pytest.raises(ConfigError, match="invalid partitions 'many'"):
+        Scheduler("memory://", partitions="many")  # type: ignore[arg-type]
+    assert Scheduler("memory://", partitions=8).config.partitions == 8
