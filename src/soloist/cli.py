@@ -315,9 +315,15 @@ def status(store: str, as_json: bool) -> None:
     click.echo(f"instances ({len(report['instances'])} live):")
     for inst in report["instances"]:
         mark = " *" if inst["instance_id"] == report["leader_id"] else ""
+        parts = inst.get("partitions")
+        held = (
+            f"  partitions {parts['spans']} ({len(parts['held'])} of {parts['count']})"
+            if parts
+            else ""
+        )
         click.echo(
             f"  {inst['instance_id']}{mark}  mode {inst['mode']}  pid {inst['pid']} on "
-            f"{inst['host']}  last seen {inst['last_seen']}"
+            f"{inst['host']}  last seen {inst['last_seen']}{held}"
         )
     click.echo("jobs:")
     for row in report["jobs"]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from soloist.errors import SoloistError
-from soloist.models import JobRecord, JSONDict, Occurrence, State
+from soloist.models import InstanceInfo, JobRecord, JSONDict, Occurrence, State
 from soloist.schedules import schedule_from_dict
 from soloist.stores.base import Store
 
@@ -61,6 +61,10 @@ async def cluster_report(store: Store, election: str) -> JSONDict:
     live instances and every job (the shared part of ``GET /status``)."""
     lease = await store.leader_get(election)
     instances = await store.instance_list()
+    held: dict[str, list[int]] = {}
+    leases = await store.partition_list()
+    for partition in leases:
+        held.setdefault(partition.holder, []).append(partition.partition)
     return {
         "leader_id": lease.leader_id if lease else None,
         "epoch": lease.epoch if lease else None,
@@ -73,8 +77,35 @@ async def cluster_report(store: Store, election: str) -> JSONDict:
                 "mode": i.mode,
                 "started_at": i.started_at.isoformat(),
                 "last_seen": i.last_seen.isoformat(),
+                "partitions": _partitions_of(i, held.get(i.instance_id, [])),
             }
             for i in instances
         ],
+        "partitions_held": len(leases),
         "jobs": await job_summaries(store),
     }
+
+
+def _partitions_of(info: InstanceInfo, held: list[int]) -> JSONDict | None:
+    """The planning partitions an instance announces (their count) and holds, or None for
+    an instance that does not plan by partitions."""
+    count = info.metadata.get("partitions")
+    if count is None and not held:
+        return None
+    return {"count": count, "held": held, "spans": spans(held)}
+
+
+def spans(numbers: list[int]) -> str:
+    """Sorted numbers as spans: ``[0, 1, 2, 5]`` as ``0-2,5`` (``-`` for none)."""
+    if not numbers:
+        return "-"
+    parts: list[str] = []
+    start = prev = numbers[0]
+    for number in [*numbers[1:], None]:
+        if number is not None and number == prev + 1:
+            prev = number
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if number is not None:
+            start = prev = number
+    return ",".join(parts)

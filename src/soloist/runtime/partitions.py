@@ -33,6 +33,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from soloist.models import PartitionLease, PlanFence, partition_slots, slot_partition
+from soloist.reports import spans
 from soloist.runtime.service import Service, ServiceBundle
 from soloist.stores.base import Store
 
@@ -173,8 +174,8 @@ class Partitions(Service):
                 "partitions: holds %d of %d (gained %s, gave up %s)",
                 len(mine),
                 self.count,
-                _short(gained),
-                _short(lost),
+                spans(gained),
+                spans(lost),
                 action="partitions",
             )
         if gained and self.on_gained is not None:
@@ -214,15 +215,3 @@ class Partitions(Service):
             "refusal": self.refusal,
         }
 
-
-def _short(partitions: list[int]) -> str:
-    """``[0, 1, 2, 5]`` as ``0-2,5``."""
-    if not partitions:
-        return "none"
-    parts, start = [], partitions[0]
-    for prev, cur in zip(partitions, [*partitions[1:], None], strict=True):
-        if cur != prev + 1 if cur is not None else True:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            if cur is not None:
-                start = cur
-    return ",".join(parts)

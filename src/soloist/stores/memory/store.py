@@ -516,12 +516,12 @@ class MemoryStore:
                 if mine and number not in want:
                     leases[number] = replace(lease, expires_at=now)
             for number in want:
-                lease = leases.get(number)
-                if lease is not None and lease.expires_at > now:
-                    if lease.holder == instance_id:
-                        leases[number] = replace(lease, expires_at=now + ttl)
+                current = leases.get(number)
+                if current is not None and current.expires_at > now:
+                    if current.holder == instance_id:
+                        leases[number] = replace(current, expires_at=now + ttl)
                     continue
-                epoch = lease.epoch + 1 if lease is not None else 1
+                epoch = current.epoch + 1 if current is not None else 1
                 leases[number] = PartitionLease(number, instance_id, epoch, now + ttl)
             return self._partition_view(now)
 
