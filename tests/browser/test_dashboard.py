@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from playwright.sync_api import Locator, Page, Request, expect
 
@@ -59,6 +60,25 @@ def test_page_shows_header_jobs_and_instances(page: Page, servers: Servers) -> N
     assert status["leader_id"] in ("dash-admin", "dash-viewer"), status
     expect(page.locator("#leader")).to_contain_text(status["leader_id"])
     expect(instances.filter(has=leader)).to_have_attribute("data-instance", status["leader_id"])
+
+
+def test_instances_show_the_planning_partitions_they_hold(page: Page, servers: Servers) -> None:
+    """Each live instance's row says how many of the 64 planning partitions it holds; the
+    two instances share them all, and the tooltip names the spans."""
+    open_dashboard(page, servers.admin.url)
+    cells = page.locator("#instances tbody tr td.partitions")
+    expect(cells).to_have_count(2)
+    deadline = time.monotonic() + 15
+    while True:
+        texts = cells.all_inner_texts()
+        held = [int(text.split(" of ")[0]) for text in texts]
+        if (sum(held) == 64 and all(text.endswith(" of 64") for text in texts)) or (
+            time.monotonic() > deadline
+        ):
+            break
+        time.sleep(0.3)
+    assert sum(held) == 64 and min(held) > 0, texts
+    expect(cells.first).to_have_attribute("title", re.compile(r"^partitions \d+(-\d+)?"))
 
 
 def test_page_refreshes_itself_without_reloading(page: Page, servers: Servers) -> None:
