@@ -18,13 +18,14 @@ import pytest
 
 from soloist.clock import to_epoch_us
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
-from soloist.models import Outcome, State
+from soloist.models import Outcome, PlanAdvance, PlanCursor, State, stream_slot
 from soloist.stores import open_store
 from soloist.stores.core import checked
 from soloist.stores.sqlite import SQLiteStore, sqlite_path
-from soloist.stores.sqlite.migrations import MIGRATIONS
+from soloist.stores.sqlite.migrations import MIGRATIONS, apply_migration
+from soloist.stores.sqlite.planning import PLAN_DUE
 from soloist.testing import FakeClock
-from soloist.testing.conformance import T0, TTL, claim, new_occurrence
+from soloist.testing.conformance import T0, TTL, at, claim, new_occurrence
 from soloist.testing.conformance.processes import race_claimers
 
 
@@ -115,17 +116,23 @@ async def test_instances_migrating_at_once_are_safe(tmp_path: Path) -> None:
 
 def _old_file(path: Path, version: int) -> None:
     """A store file at schema ``version`` holding one running occurrence, ``old``, written
-    with that version's columns (running on i1 since T0, its lease expired at T0 + 30 s)."""
+    with that version's columns (running on i1 since T0, its lease expired at T0 + 30 s),
+    and two plan cursors: ("job", "") planned up to T0 - 60 s with 5 runs, and
+    ("job", "t1") never planned."""
     with sqlite3.connect(path, isolation_level=None) as conn:
         conn.execute(
             "CREATE TABLE soloist_schema_version (version INTEGER PRIMARY KEY, "
             "applied_at INTEGER NOT NULL)"
         )
-        for number, statements in enumerate(MIGRATIONS[:version], start=1):
-            for statement in statements:
-                conn.execute(statement)
+        for number in range(1, version + 1):
+            apply_migration(conn, number, 0)
             conn.execute("INSERT INTO soloist_schema_version VALUES (?, 0)", (number,))
         t0 = to_epoch_us(T0)
+        conn.execute(
+            "INSERT INTO plan_cursors (job, scope, last_plan_time, planned_count) "
+            "VALUES ('job', '', ?, 5), ('job', 't1', NULL, 0)",
+            (t0 - 60_000_000,),
+        )
         conn.execute(
             "INSERT INTO occurrences (id, dedupe_key, job, task, scope, plan_time, due_at, "
             "kind, state, attempt, max_attempts, overlap, payload, instance_id, "
@@ -185,6 +192,95 @@ async def test_a_version_3_file_gains_crash_counts_keeping_its_rows(tmp_path: Pa
         assert (new.crashes, new.max_crashes) == (0, 0)
     finally:
         await store.close()
+
+
+async def test_a_version_4_file_enters_its_cursors_in_the_planning_index(
+    tmp_path: Path,
+) -> None:
+    """Migration 5 puts every existing cursor in the planning index, due at its last plan
+    time (at the store's now when never planned) with its stream's slot, so the planner
+    re-plans it; the cursors keep their counts, and partition leases work."""
+    path = tmp_path / "s.db"
+    _old_file(path, 4)
+    clock = FakeClock(T0 + timedelta(seconds=5))
+    store = checked(SQLiteStore(_url(path), clock=clock))
+    try:
+        await store.migrate()
+        assert _versions(path) == list(range(1, len(MIGRATIONS) + 1))
+        planned = PlanCursor("job", "", at(-60), 5, at(-60))
+        assert await store.plan_cursor_get("job", "") == planned
+        assert await store.plan_cursor_get("job", "t1") == PlanCursor("job", "t1", None, 0, at(5))
+        batch = await store.plan_due(at(5), 10)
+        assert [s.cursor for s in batch.streams] == [
+            planned,
+            PlanCursor("job", "t1", None, 0, at(5)),
+        ]
+        with sqlite3.connect(path) as conn:
+            slots = dict(conn.execute("SELECT scope, slot FROM plan_cursors").fetchall())
+        conn.close()
+        assert slots == {scope: stream_slot("job", scope) for scope in ("", "t1")}
+        only = slots["t1"]
+        in_slot = await store.plan_due(at(5), 10, [(only, only + 1)])
+        assert [(s.cursor.job, s.cursor.scope) for s in in_slot.streams] == [("job", "t1")]
+        step = PlanAdvance("job", "", at(-60), at(0), 1, (), at(60))
+        assert await store.plan_advance(step)
+        assert await store.plan_cursor_get("job", "") == PlanCursor("job", "", at(0), 6, at(60))
+        (lease,) = await store.partition_sync("a", [0], TTL)
+        assert (lease.partition, lease.holder, lease.epoch) == (0, "a", 1)
+    finally:
+        await store.close()
+
+
+def _query_plan(conn: sqlite3.Connection, sql: str) -> list[str]:
+    params = {"before": 0, "limit": 10, "slots": "[1, 2, 3]"}
+    return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+
+
+@pytest.mark.parametrize("with_slots", [False, True])
+async def test_plan_due_walks_the_partial_index(tmp_path: Path, with_slots: bool) -> None:
+    """plan_due's queries (due streams, and next_at), with and without a slot filter, search
+    the cursors through the partial index plan_cursors_due, in its order: no scan of the
+    cursors and no sort, however many cursors there are."""
+    path = tmp_path / "s.db"
+    store = checked(SQLiteStore(_url(path), clock=FakeClock(T0)))
+    try:
+        await store.migrate()
+        far = [PlanAdvance(f"far-{n}", "", None, at(0), 0, (), at(10_000 + n)) for n in range(500)]
+        parked = [PlanAdvance(f"out-{n}", "", None, at(0), 0, ()) for n in range(500)]
+        assert all(await store.plan_advance_many(far + parked))
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("ANALYZE")  # with statistics too, the planner keeps to the index
+        for sql in PLAN_DUE[with_slots]:
+            plan = _query_plan(conn, sql)
+            cursors = [step for step in plan if step.startswith(("SEARCH c ", "SCAN c"))]
+            assert len(cursors) == 1, plan
+            assert re.fullmatch(
+                r"SEARCH c USING (COVERING )?INDEX plan_cursors_due \(.*", cursors[0]
+            )
+            assert not [step for step in plan if "TEMP B-TREE" in step], plan
+    conn.close()
+
+
+async def test_reads_of_the_index_and_partitions_take_no_write_lock(tmp_path: Path) -> None:
+    """plan_due and partition_list only read: they answer while another process holds the
+    file's write lock, instead of waiting for it."""
+    path = tmp_path / "s.db"
+    store = checked(SQLiteStore(_url(path), clock=FakeClock(T0)))
+    await store.migrate()
+    await store.plan_cursor_ensure([("job", "")], at(0))
+    await store.partition_sync("a", [1], TTL)
+    holder = _hold_write_lock(path)
+    try:
+        batch = await asyncio.wait_for(store.plan_due(at(0), 10, [(0, 4096)]), timeout=5)
+        leases = await asyncio.wait_for(store.partition_list(), timeout=5)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        await store.close()
+    assert [s.cursor.job for s in batch.streams] == ["job"]
+    assert [(x.partition, x.holder) for x in leases] == [(1, "a")]
 
 
 _ELECTOR = textwrap.dedent(

@@ -15,6 +15,9 @@ Design:
 * All blocking sqlite3 calls run on one worker thread per store, which owns the
   connection; the async methods await it, so any event loop (or ``asyncio.run`` in a
   sync caller's thread) can use the store.
+* The planning index is a partial index of the plan cursors by ``next_plan_time``; a
+  batch of plan steps is one transaction whose steps each apply or not on their own, fenced
+  by the planning partition leases (:mod:`soloist.stores.sqlite.planning`).
 * The schema is versioned (:mod:`soloist.stores.sqlite.migrations`).
 """
 

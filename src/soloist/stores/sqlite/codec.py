@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 from soloist.clock import from_epoch_us, to_epoch_us
 from soloist.models import (
@@ -20,13 +22,21 @@ from soloist.models import (
     NewOccurrence,
     Occurrence,
     Overlap,
+    PartitionLease,
+    PlanAdvance,
+    PlanCursor,
     State,
+    stream_slot,
 )
 from soloist.stores._values import object_json, payload_json
 
 
 def opt_time(value: int | None) -> datetime | None:
     return from_epoch_us(value) if value is not None else None
+
+
+def opt_us(value: datetime | None) -> int | None:
+    return to_epoch_us(value) if value is not None else None
 
 
 def dump_object(value: object, what: str) -> str:
@@ -92,6 +102,48 @@ def occurrence(row: sqlite3.Row) -> Occurrence:
     )
 
 
+class PlanStep(NamedTuple):
+    """A :class:`~soloist.models.PlanAdvance` as ``planning.plan_advance_many`` takes it:
+    times in epoch microseconds, the stream's slot, the fence as (partition, epoch), and
+    the items as :func:`insert_params`."""
+
+    job: str
+    scope: str
+    expected_last: int | None
+    new_last: int | None
+    added_count: int
+    next_plan_time: int | None
+    slot: int
+    fence: tuple[int, int] | None
+    items: Sequence[tuple[object, ...]]
+
+
+def plan_step(step: PlanAdvance, ids: Sequence[str]) -> PlanStep:
+    """``step`` as a :class:`PlanStep`, its items given the occurrence ids ``ids``."""
+    fence = step.fence
+    return PlanStep(
+        step.job,
+        step.scope,
+        opt_us(step.expected_last),
+        opt_us(step.new_last),
+        step.added_count,
+        opt_us(step.next_plan_time),
+        stream_slot(step.job, step.scope),
+        (fence.partition, fence.epoch) if fence is not None else None,
+        [insert_params(i, item) for i, item in zip(ids, step.items, strict=True)],
+    )
+
+
+def plan_cursor(row: sqlite3.Row) -> PlanCursor:
+    return PlanCursor(
+        job=row["job"],
+        scope=row["scope"],
+        last_plan_time=opt_time(row["last_plan_time"]),
+        planned_count=row["planned_count"],
+        next_plan_time=opt_time(row["next_plan_time"]),
+    )
+
+
 def attempt(row: sqlite3.Row) -> Attempt:
     return Attempt(
         occurrence_id=row["occurrence_id"],
@@ -141,6 +193,15 @@ def leader_lease(row: sqlite3.Row) -> LeaderLease:
         leader_id=row["leader_id"],
         epoch=row["epoch"],
         elected_at=from_epoch_us(row["elected_at"]),
+        expires_at=from_epoch_us(row["expires_at"]),
+    )
+
+
+def partition_lease(row: sqlite3.Row) -> PartitionLease:
+    return PartitionLease(
+        partition=row["partition"],
+        holder=row["holder"],
+        epoch=row["epoch"],
         expires_at=from_epoch_us(row["expires_at"]),
     )
 

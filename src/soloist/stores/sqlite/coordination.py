@@ -1,18 +1,22 @@
-"""Leader leases and instance heartbeats in SQLite, as blocking functions of a connection.
+"""Leader leases, planning partition leases and instance heartbeats in SQLite, as blocking
+functions of a connection.
 
-Each write is one statement in a ``BEGIN IMMEDIATE`` transaction (see :mod:`.ops`): the
-write lock is taken before the statement reads the lease, so two processes electing at the
-same instant are serialised and the second sees the first's lease; each write reads its
-instant (an ``ops.Now``) only once it holds the lock. Lease rows are never deleted; a
-lapsed or resigned lease keeps its epoch, so the next holder's epoch is higher. Times are
-epoch microseconds.
+Each write is a ``BEGIN IMMEDIATE`` transaction (see :mod:`.ops`): the write lock is taken
+before the statements read the leases, so two processes electing (or syncing partitions) at
+the same instant are serialised and the second sees the first's leases; each write reads
+its instant (an ``ops.Now``) only once it holds the lock. Lease rows are never deleted; a
+lapsed, resigned or released lease keeps its epoch, so the next holder's epoch is higher.
+Partition leases have a table of their own (``partition_leases``). Times are epoch
+microseconds.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Collection
 
-from soloist.models import InstanceInfo, LeaderLease
+from soloist.models import InstanceInfo, LeaderLease, PartitionLease
 from soloist.stores.sqlite import codec
 from soloist.stores.sqlite.ops import Now, transaction
 
@@ -46,6 +50,25 @@ UPDATE leader_leases SET expires_at = :now
 WHERE name = :name AND leader_id = :instance AND epoch = :epoch AND expires_at > :now
 RETURNING name
 """
+
+# A wanted partition: free (no row, or expired) is taken with the next epoch; held by the
+# caller, extended with the same epoch; held by another, left (the WHERE fails).
+_TAKE_PARTITION = """
+INSERT INTO partition_leases (partition, holder, epoch, expires_at)
+VALUES (:partition, :instance, 1, :expires)
+ON CONFLICT (partition) DO UPDATE SET
+    epoch = CASE WHEN holder = :instance AND expires_at > :now THEN epoch ELSE epoch + 1 END,
+    holder = :instance,
+    expires_at = :expires
+WHERE expires_at <= :now OR holder = :instance
+"""
+# The caller's unexpired leases outside ``:want`` (a JSON array) end now, epoch kept.
+_RELEASE_PARTITIONS = """
+UPDATE partition_leases SET expires_at = :now
+WHERE holder = :instance AND expires_at > :now
+  AND partition NOT IN (SELECT value FROM json_each(:want))
+"""
+_LIVE_PARTITIONS = "SELECT * FROM partition_leases WHERE expires_at > ? ORDER BY partition"
 
 # started_at is the first heartbeat's; every other field is the latest one's.
 _HEARTBEAT = """
@@ -92,6 +115,26 @@ def leader_get(conn: sqlite3.Connection, name: str, now: int) -> LeaderLease | N
         "SELECT * FROM leader_leases WHERE name = ? AND expires_at > ?", (name, now)
     ).fetchone()
     return codec.leader_lease(row) if row is not None else None
+
+
+def partition_sync(
+    conn: sqlite3.Connection, instance_id: str, want: Collection[int], ttl_us: int, now: Now
+) -> list[PartitionLease]:
+    """Release the caller's partitions outside ``want``, renew or take those in it, and
+    return every unexpired partition lease after that, all in one write transaction."""
+    with transaction(conn):
+        at = now()
+        params = {"instance": instance_id, "now": at, "expires": at + ttl_us}
+        conn.execute(_RELEASE_PARTITIONS, {**params, "want": json.dumps(sorted(want))})
+        conn.executemany(_TAKE_PARTITION, ({**params, "partition": p} for p in sorted(want)))
+        rows = conn.execute(_LIVE_PARTITIONS, (at,)).fetchall()
+    return [codec.partition_lease(row) for row in rows]
+
+
+def partition_list(conn: sqlite3.Connection, now: int) -> list[PartitionLease]:
+    """Every unexpired partition lease at ``now``, by partition. Reads only."""
+    rows = conn.execute(_LIVE_PARTITIONS, (now,)).fetchall()
+    return [codec.partition_lease(row) for row in rows]
 
 
 def instance_heartbeat(

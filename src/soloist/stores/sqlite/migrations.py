@@ -5,6 +5,10 @@ never edited: a schema change is a new entry at the end. :func:`migrate` applies
 ones inside one ``BEGIN IMMEDIATE`` transaction, so when several processes start at once the
 first takes the write lock and migrates, and the others wait, then find nothing to do.
 
+A step is one SQL statement, or a Python function of the connection and the migration's
+instant (epoch microseconds) for data that SQL cannot compute alone (a stream's slot is
+:func:`soloist.models.stream_slot`, CRC-32 in Python).
+
 Times are INTEGER microseconds since the Unix epoch (exact and sortable); JSON columns hold
 ``json.dumps`` text.
 """
@@ -12,15 +16,34 @@ Times are INTEGER microseconds since the Unix epoch (exact and sortable); JSON c
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 from soloist.clock import SystemClock, to_epoch_us
 from soloist.errors import StoreError
+from soloist.models import stream_slot
 
-__all__ = ["MIGRATIONS", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "apply_migration", "migrate", "schema_version"]
+
+#: One step of a migration: a single SQL statement, or a function of the connection and
+#: the migration's instant in epoch microseconds.
+Step = str | Callable[[sqlite3.Connection, int], None]
+
+
+def _index_existing_cursors(conn: sqlite3.Connection, at: int) -> None:
+    """Migration 5: every cursor already there enters the planning index, due at its last
+    plan time (``at`` when it was never planned) so the new planner re-plans it from there,
+    with its slot (:func:`~soloist.models.stream_slot`)."""
+    streams = conn.execute("SELECT job, scope FROM plan_cursors").fetchall()
+    conn.executemany(
+        "UPDATE plan_cursors SET slot = ?, next_plan_time = COALESCE(last_plan_time, ?) "
+        "WHERE job = ? AND scope = ?",
+        ((stream_slot(job, scope), at, job, scope) for job, scope in streams),
+    )
+
 
 # Each migration is a sequence of single statements: ``executescript`` would commit the
 # surrounding transaction first and lose the atomicity this module relies on.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     (
         """
         CREATE TABLE occurrences (
@@ -127,6 +150,29 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE occurrences ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE occurrences ADD COLUMN max_crashes INTEGER NOT NULL DEFAULT 3",
     ),
+    (
+        # 5: the planning index. Each cursor's next instant to plan (NULL: out of the index)
+        # and its stream's slot (stream_slot, 0 <= slot < SLOTS), filled in for the cursors
+        # there; the partial index serves plan_due in order (ties by job, scope) and lets it
+        # test the slot without reading the row.
+        "ALTER TABLE plan_cursors ADD COLUMN next_plan_time INTEGER",
+        "ALTER TABLE plan_cursors ADD COLUMN slot INTEGER",
+        _index_existing_cursors,
+        """
+        CREATE INDEX plan_cursors_due ON plan_cursors (next_plan_time, job, scope, slot)
+        WHERE next_plan_time IS NOT NULL
+        """,
+        # The leases of the planning partitions, apart from the leader leases; a row stays
+        # when its lease lapses or is released, so epochs never repeat.
+        """
+        CREATE TABLE partition_leases (
+            partition  INTEGER PRIMARY KEY,
+            holder     TEXT NOT NULL,
+            epoch      INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL
+        )
+        """,
+    ),
 )
 
 _VERSION_TABLE = """
@@ -148,8 +194,20 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
-def migrate(conn: sqlite3.Connection) -> list[int]:
-    """Apply the missing migrations atomically; return the versions applied (often none)."""
+def apply_migration(conn: sqlite3.Connection, version: int, at: int) -> None:
+    """Run the steps of migration ``version`` (1-based) at the instant ``at`` (epoch
+    microseconds), inside the caller's transaction."""
+    for step in MIGRATIONS[version - 1]:
+        if isinstance(step, str):
+            conn.execute(step)
+        else:
+            step(conn, at)
+
+
+def migrate(conn: sqlite3.Connection, now: Callable[[], int] | None = None) -> list[int]:
+    """Apply the missing migrations atomically; return the versions applied (often none).
+    ``now``: the store's clock in epoch microseconds (read once the write lock is held;
+    the system clock by default), the instant of data steps."""
     if schema_version(conn) == len(MIGRATIONS):
         return []  # the common case: read only, no write lock taken
     conn.execute("BEGIN IMMEDIATE")
@@ -162,9 +220,9 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
                 f"({len(MIGRATIONS)}); upgrade soloist"
             )
         applied = list(range(current + 1, len(MIGRATIONS) + 1))
+        at = now() if now is not None else to_epoch_us(SystemClock().now())
         for version in applied:
-            for statement in MIGRATIONS[version - 1]:
-                conn.execute(statement)
+            apply_migration(conn, version, at)
             conn.execute(
                 "INSERT INTO soloist_schema_version (version, applied_at) VALUES (?, ?)",
                 (version, to_epoch_us(SystemClock().now())),

@@ -28,7 +28,6 @@ from soloist.models import (
     JobRecord,
     Occurrence,
     Overlap,
-    PlanCursor,
     State,
 )
 from soloist.stores.sqlite import codec
@@ -134,6 +133,14 @@ _INSERT_JOB = """
 INSERT INTO jobs (name, task, schedule, dynamic, paused, payload, metadata, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, ?))
 """
+# A dynamic job's stream enters the planning index never planned (a cursor left by a job
+# of the same name before is reset), due at the job's created_at.
+_INDEX_NEW_STREAM = """
+INSERT INTO plan_cursors (job, scope, last_plan_time, planned_count, next_plan_time, slot)
+VALUES (?, ?, NULL, 0, ?, ?)
+ON CONFLICT (job, scope) DO UPDATE SET last_plan_time = NULL, planned_count = 0,
+    next_plan_time = excluded.next_plan_time, slot = excluded.slot
+"""
 # The paused flag, created_at and origin (dynamic) belong to the store, not the code.
 _UPSERT_JOB = (
     _INSERT_JOB + "ON CONFLICT (name) DO UPDATE SET task = excluded.task, "
@@ -182,46 +189,6 @@ def occurrence_insert_many(
         created = now()
         conn.executemany(INSERT_OCCURRENCE, ((*item, created) for item in items))
         return conn.total_changes - before
-
-
-def plan_cursor_get(conn: sqlite3.Connection, job: str, scope: str) -> PlanCursor | None:
-    row = conn.execute(
-        "SELECT last_plan_time, planned_count FROM plan_cursors WHERE job = ? AND scope = ?",
-        (job, scope),
-    ).fetchone()
-    if row is None:
-        return None
-    return PlanCursor(job, scope, codec.opt_time(row[0]), row[1])
-
-
-def plan_advance(
-    conn: sqlite3.Connection,
-    job: str,
-    scope: str,
-    expected_last: int | None,
-    new_last: int,
-    added_count: int,
-    items: Sequence[tuple[object, ...]],
-    now: Now,
-) -> bool:
-    with transaction(conn):
-        if expected_last is None:
-            moved = conn.execute(
-                "INSERT INTO plan_cursors (job, scope, last_plan_time, planned_count) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (job, scope) DO NOTHING",
-                (job, scope, new_last, added_count),
-            )
-        else:
-            moved = conn.execute(
-                "UPDATE plan_cursors SET last_plan_time = ?, planned_count = planned_count + ? "
-                "WHERE job = ? AND scope = ? AND last_plan_time = ?",
-                (new_last, added_count, job, scope, expected_last),
-            )
-        if moved.rowcount != 1:
-            return False  # another planner got there first; nothing was written
-        created = now()
-        conn.executemany(INSERT_OCCURRENCE, ((*item, created) for item in items))
-    return True
 
 
 def occurrence_claim(
@@ -449,11 +416,23 @@ def job_upsert(conn: sqlite3.Connection, records: Sequence[tuple[object, ...]], 
         conn.executemany(_UPSERT_JOB, ((*record, at) for record in records))
 
 
-def job_add(conn: sqlite3.Connection, record: tuple[object, ...], now: Now) -> bool:
-    """Insert a job (``codec.job_params``); False if the name is taken."""
+def job_add(
+    conn: sqlite3.Connection,
+    record: tuple[object, ...],
+    stream: tuple[str, str, int],
+    now: Now,
+) -> bool:
+    """Insert a job (``codec.job_params``) and, in the same transaction, its ``stream``'s
+    cursor ((job, scope, slot)) due at the job's created_at; False if the name is taken
+    (then nothing is written)."""
     with transaction(conn):
-        sql = _INSERT_JOB + "ON CONFLICT (name) DO NOTHING"
-        return conn.execute(sql, (*record, now())).rowcount == 1
+        sql = _INSERT_JOB + "ON CONFLICT (name) DO NOTHING RETURNING created_at"
+        row = conn.execute(sql, (*record, now())).fetchone()
+        if row is None:
+            return False
+        job, scope, slot = stream
+        conn.execute(_INDEX_NEW_STREAM, (job, scope, row[0], slot))
+        return True
 
 
 def job_get(conn: sqlite3.Connection, name: str) -> JobRecord | None:

@@ -16,6 +16,7 @@ from soloist.errors import ConfigError, DuplicateJobError, StoreError, StoreUnav
 from soloist.models import (
     Attempt,
     Claimed,
+    DueBatch,
     InstanceInfo,
     JobRecord,
     LeaderLease,
@@ -23,14 +24,16 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PartitionLease,
     PlanAdvance,
     PlanCursor,
     State,
+    stream_slot,
 )
 from soloist.stores._values import new_ids, result_json
 from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
-from soloist.stores.sqlite import codec, coordination, existing, migrations, ops
+from soloist.stores.sqlite import codec, coordination, existing, migrations, ops, planning
 
 __all__ = ["SQLiteStore", "sqlite_path"]
 
@@ -153,7 +156,8 @@ class SQLiteStore:
 
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
-        await self._run(migrations.migrate)
+        at = self._at(None)  # data steps run at the store's clock (a test clock if given)
+        await self._run(lambda c: migrations.migrate(c, at))
 
     async def schema_check(self) -> None:
         """The capability ``checks_schema``: a read-only connection of its
@@ -205,15 +209,38 @@ class SQLiteStore:
         return False
 
     async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
-        return await self._run(lambda c: ops.plan_cursor_get(c, job, scope))
+        return await self._run(lambda c: planning.plan_cursor_get(c, job, scope))
 
     async def plan_advance(self, advance: PlanAdvance) -> bool:
-        last = advance.expected_last
-        expected = to_epoch_us(last) if last is not None else None
-        rows = [self._new_row(item) for item in advance.items]
-        step = (advance.job, advance.scope, expected, to_epoch_us(advance.new_last))
-        count, at = advance.added_count, self._at(None)
-        return await self._run(lambda c: ops.plan_advance(c, *step, count, rows, at))
+        return (await self.plan_advance_many([advance]))[0]
+
+    async def plan_advance_many(self, steps: Sequence[PlanAdvance]) -> list[bool]:
+        """All steps in one call to the worker: one ``BEGIN IMMEDIATE`` transaction, each
+        step atomic on its own (see :func:`planning.plan_advance_many`)."""
+        ids = iter(new_ids(sum(len(step.items) for step in steps)))
+        rows = [codec.plan_step(s, [next(ids) for _ in s.items]) for s in steps]
+        at = self._at(None)
+        return await self._run(lambda c: planning.plan_advance_many(c, rows, at))
+
+    async def plan_due(
+        self,
+        before: datetime,
+        limit: int,
+        slots: Sequence[tuple[int, int]] | None = None,
+    ) -> DueBatch:
+        bound = to_epoch_us(before)
+        return await self._run(lambda c: planning.plan_due(c, bound, limit, slots))
+
+    async def plan_cursor_ensure(
+        self,
+        streams: Sequence[tuple[str, str]],
+        at: datetime | None = None,
+        *,
+        revive: bool = False,
+    ) -> int:
+        rows = [(job, scope, stream_slot(job, scope)) for job, scope in streams]
+        moment = self._at(at)
+        return await self._run(lambda c: planning.plan_cursor_ensure(c, rows, revive, moment))
 
     async def occurrence_claim(
         self,
@@ -307,7 +334,8 @@ class SQLiteStore:
 
     async def job_add(self, record: JobRecord) -> None:
         row, at = codec.job_params(record), self._at(None)
-        if not await self._run(lambda c: ops.job_add(c, row, at)):
+        stream = (record.name, "", stream_slot(record.name, ""))
+        if not await self._run(lambda c: ops.job_add(c, row, stream, at)):
             raise DuplicateJobError(f"a job named {record.name!r} already exists")
 
     async def job_get(self, name: str) -> JobRecord | None:
@@ -355,6 +383,23 @@ class SQLiteStore:
     async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
         at = self._now_us(now)
         return await self._run(lambda c: coordination.leader_get(c, name, at))
+
+    # -- planning partitions ----------------------------------------------------------------
+    async def partition_sync(
+        self,
+        instance_id: str,
+        want: Collection[int],
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[PartitionLease]:
+        ttl_us, at = _us(ttl), self._at(now)
+        return await self._run(
+            lambda c: coordination.partition_sync(c, instance_id, want, ttl_us, at)
+        )
+
+    async def partition_list(self, now: datetime | None = None) -> list[PartitionLease]:
+        at = self._now_us(now)
+        return await self._run(lambda c: coordination.partition_list(c, at))
 
     # -- instances --------------------------------------------------------------------------
     async def instance_heartbeat(
