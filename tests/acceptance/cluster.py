@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from soloist.models import Occurrence
+from soloist.models import Occurrence, PartitionLease
 from soloist.stores import open_store
 from soloist.stores.base import Store
 from soloist.testing import wait_until
@@ -164,8 +164,12 @@ class Cluster:
         asyncio.run(self._store.close())
 
     # -- the store --------------------------------------------------------------------------
-    def history(self, job: str | None = None) -> list[Occurrence]:
-        return asyncio.run(self._store.occurrence_list(job=job, limit=10_000))
+    def history(self, job: str | None = None, limit: int = 10_000) -> list[Occurrence]:
+        return asyncio.run(self._store.occurrence_list(job=job, limit=limit))
+
+    def partitions(self) -> list[PartitionLease]:
+        """Every unexpired planning partition lease, by partition."""
+        return asyncio.run(self._store.partition_list())
 
     def get(self, occurrence_id: str) -> Occurrence:
         occ = asyncio.run(self._store.occurrence_get(occurrence_id))
