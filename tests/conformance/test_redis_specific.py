@@ -19,7 +19,17 @@ import pytest
 import redis
 
 from soloist.errors import ConfigError, StoreDataLostError, StoreError, StoreUnavailableError
-from soloist.models import Claimed, Occurrence, Outcome, Overlap, State
+from soloist.models import (
+    SLOTS,
+    Claimed,
+    Occurrence,
+    Outcome,
+    Overlap,
+    PlanAdvance,
+    PlanCursor,
+    State,
+    stream_slot,
+)
 from soloist.stores import open_store
 from soloist.stores.base import Store
 from soloist.stores.memory import MemoryStore
@@ -257,6 +267,114 @@ async def test_an_unreachable_server_is_store_unavailable() -> None:
     await store.close()
     with pytest.raises(StoreError, match="closed"):
         await store.now()
+
+
+# -- the planning index and partitions --------------------------------------------------------
+def _script_calls(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the scripts ``store`` runs from now on, in order."""
+    calls: list[str] = []
+    run = store._conns.run
+
+    async def counted(name: str, args: list[object]) -> object:
+        calls.append(name)
+        return await run(name, args)
+
+    monkeypatch.setattr(store._conns, "run", counted)
+    return calls
+
+
+async def test_plan_due_over_many_cursors_is_one_script_call_under_the_prefix(
+    make_redis_url: Callable[[], str], raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20,000 cursors of which 10 are due: plan_due returns the 10 (earliest first, next_at
+    the earliest later one) in one script call, as plan_advance_many writes 10 steps in
+    one; the index and the partition leases are keys under the store's prefix."""
+    store = RedisStore(make_redis_url(), clock=FakeClock(T0))
+    await store.migrate()
+    try:
+        later = [(f"later-{n}", "") for n in range(19_990)]
+        assert await store.plan_cursor_ensure(later, at(3600)) == 19_990
+        steps = [PlanAdvance(f"due-{n}", "s", None, at(0), 0, (), at(10 - n)) for n in range(10)]
+        calls = _script_calls(store, monkeypatch)
+        assert await store.plan_advance_many(steps) == [True] * 10
+        batch = await store.plan_due(at(10), 100)
+        assert calls == ["plan", "plan"]
+        assert [s.cursor.job for s in batch.streams] == [f"due-{n}" for n in range(9, -1, -1)]
+        assert batch.streams[0].cursor == PlanCursor("due-9", "s", at(0), 0, at(1))
+        assert batch.next_at == at(3600)
+        half = [(0, SLOTS // 2)]
+        filtered = await store.plan_due(at(10), 100, half)
+        expected = [
+            f"due-{n}" for n in range(9, -1, -1) if stream_slot(f"due-{n}", "s") < SLOTS // 2
+        ]
+        assert [s.cursor.job for s in filtered.streams] == expected
+        await store.partition_sync("i1", [0, 7], TTL)
+        base = store.target.base
+        assert raw.zcard(f"{base}:plan") == 20_000
+        assert raw.hget(f"{base}:part:7", "holder") == "i1"
+        assert raw.zrange(f"{base}:parts", 0, -1) == ["0", "7"]
+        assert _keys(raw, store, "lead:*") == []  # apart from the leader leases
+        assert raw.exists("plan", "parts", "part:0", ":plan") == 0
+    finally:
+        await store.close()
+
+
+async def test_plan_due_stops_after_many_members_of_other_slots(
+    make_redis_url: Callable[[], str],
+) -> None:
+    """Past 5000 members of other slots, plan_due answers what it found so far with next_at
+    where it stopped (never after the streams it did not look at, so the caller looks again
+    early rather than late); once their own planners moved them on, the stream behind them
+    is found."""
+    store = RedisStore(make_redis_url(), clock=FakeClock(T0))
+    await store.migrate()
+    try:
+        mine = next(f"mine-{n}" for n in range(100_000) if stream_slot(f"mine-{n}", "") == 0)
+        others = [(f"o-{n}", "") for n in range(6000) if stream_slot(f"o-{n}", "") != 0]
+        await store.plan_cursor_ensure(others, at(1))
+        await store.plan_cursor_ensure([(mine, "")], at(2))
+        stopped = await store.plan_due(at(5), 10, [(0, 1)])
+        assert stopped.streams == [] and stopped.next_at == at(1)
+        moved = [PlanAdvance(job, "", None, None, 0, (), at(100)) for job, _ in others]
+        assert all(await store.plan_advance_many(moved))
+        found = await store.plan_due(at(5), 10, [(0, 1)])
+        assert [s.cursor.job for s in found.streams] == [mine]
+        assert found.next_at == at(100)  # the later scan stopped there too: an early wake-up
+    finally:
+        await store.close()
+
+
+async def test_migrate_puts_the_cursors_of_an_older_store_in_the_index(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    """A store of key layout 1 (cursors 'last|count', no index): migrate gives every cursor
+    a next plan time equal to its last plan time, in the index, once; new cursors stay."""
+    base = store.target.base
+    await store.plan_cursor_ensure([("fresh", "")], at(50))
+    raw.set(f"{base}:schema", 1)
+    last = str((at(30) - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1))
+    for n in range(1200):  # more than one SCAN batch
+        raw.hset(f"{base}:cur:job-{n}", mapping={"": f"{last}|3", "a:b": f"{last}|1"})
+    assert (await store.plan_cursor_get("job-7", "a:b")) == PlanCursor("job-7", "a:b", at(30), 1)
+    await store.migrate()
+    assert raw.get(f"{base}:schema") == str(SCHEMA_VERSION)
+    assert raw.zcard(f"{base}:plan") == 2401
+    cursor = PlanCursor("job-7", "a:b", at(30), 1, at(30))
+    assert await store.plan_cursor_get("job-7", "a:b") == cursor
+    assert (await store.plan_cursor_get("fresh", "")) == PlanCursor("fresh", "", None, 0, at(50))
+    due = await store.plan_due(at(30), 3)
+    assert [(s.cursor.job, s.cursor.scope) for s in due.streams] == [
+        ("job-0", ""),
+        ("job-0", "a:b"),
+        ("job-1", ""),
+    ]
+    assert due.next_at == at(50)
+    step = PlanAdvance("job-7", "a:b", at(30), at(90), 2, (), None)
+    assert await store.plan_advance(step)
+    assert await store.job_delete("job-8") is False  # no job record, the cursors go anyway
+    assert raw.zcard(f"{base}:plan") == 2398
+    await store.migrate()  # nothing left to upgrade
+    assert raw.zcard(f"{base}:plan") == 2398
 
 
 # -- waking and racing ---------------------------------------------------------------------------

@@ -28,21 +28,30 @@ seeing each other):
   call, so memory stays bounded. A trimmed dedupe key can be inserted again: an
   ``enqueue(key=...)`` is idempotent while its occurrence is kept. Planned occurrences
   cannot come back that way: a plan cursor only moves forward and is never trimmed.
-* ``:cur:<job>`` a hash of planning cursors per scope (``last|count``); ``:j:<name>`` a hash
-  per job and ``:jobs`` the names; ``:lead:<name>`` a leader lease; ``:i:<id>`` and
+* ``:cur:<job>`` a hash of planning cursors per scope (``last|count|next|slot``: last and
+  next plan times, empty for none, the planned count and the stream's slot); ``:plan`` the
+  planning index, a sorted set of one member per cursor with a next plan time, scored by
+  it (members name job, scope and slot, and tie by job then scope: see ``lua/lib.lua``), so
+  ``plan_due`` reads the due head of it and skips other slots in the script;
+  ``:part:<n>`` a planning partition's lease (holder, epoch, expiry; kept after it expires,
+  so epochs never repeat) and ``:parts`` the partitions by lease expiry (see
+  ``lua/partitions.lua``); ``:j:<name>`` a hash per job and ``:jobs`` the names;
+  ``:lead:<name>`` a leader lease; ``:i:<id>`` and
   ``:instances`` the instances' heartbeats; ``:schema`` the key layout version;
   ``:identity`` the store's identity (written by ``migrate`` when missing, checked by
   instance heartbeats and leader elections: a missing or different one means the data was
-  lost, :class:`~soloist.errors.StoreDataLostError`).
+  lost, :class:`~soloist.errors.StoreDataLostError`). ``migrate`` upgrades the keys of an
+  older layout once (:mod:`soloist.stores.redis.upgrade`).
 
 Why each operation is atomic: every state change is **one Lua script** (``lua/``), and Redis
 runs a script alone, start to end; nothing else runs in between. So a claim reads the due
 sets, applies the overlap rule and moves a whole batch to ``running`` with new fencing
 tokens as one step; a completion checks every fence (``running``, same instance, same
 token) and writes its outcome, audit record and indexes as one step; a plan's cursor
-compare-and-set and its inserts are one step; an election reads and bumps the epoch
-(``HINCRBY``) as one step. Scripts are loaded once and called by SHA (``EVALSHA``; loaded
-again on ``NOSCRIPT`` after a server restart or ``SCRIPT FLUSH``).
+compare-and-set, fence check, index entry and inserts are one step (and a batch of plan
+steps is one script call, each step applying or not on its own); an election reads and
+bumps the epoch (``HINCRBY``) as one step. Scripts are loaded once and called by SHA
+(``EVALSHA``; loaded again on ``NOSCRIPT`` after a server restart or ``SCRIPT FLUSH``).
 
 The clock is the server's ``TIME``, read inside the script, unless the caller passes
 ``now`` (or the store has a test clock): instances with skewed clocks agree. Scripts that

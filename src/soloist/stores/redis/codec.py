@@ -13,6 +13,8 @@ from soloist.clock import UTC
 from soloist.models import (
     DEFAULT_MAX_CRASHES,
     Attempt,
+    DueBatch,
+    DueStream,
     InstanceInfo,
     JobRecord,
     Kind,
@@ -21,7 +23,11 @@ from soloist.models import (
     Occurrence,
     Outcome,
     Overlap,
+    PartitionLease,
+    PlanAdvance,
+    PlanCursor,
     State,
+    stream_slot,
 )
 from soloist.payload import validate_payload
 from soloist.stores._values import new_ids, object_json, result_json
@@ -222,3 +228,67 @@ def instance(fields: Row) -> InstanceInfo:
         expires_at=from_us(expires),
         metadata=info["metadata"],
     )
+
+
+def _opt_us(moment: datetime | None) -> str:
+    """An optional time for a script: its microseconds, or '' for None."""
+    return us_text(moment) if moment is not None else ""
+
+
+def cursor(job: str, scope: str, text: str) -> PlanCursor:
+    """A planning cursor from its value in ``:cur:<job>`` (``cursor_parse`` in lib.lua:
+    ``last|count|next|slot``, or ``last|count`` as written before the planning index)."""
+    last, count, nxt, *_ = [*text.split("|", 3), ""]
+    return PlanCursor(
+        job,
+        scope,
+        from_us(last) if last else None,
+        int(count),
+        from_us(nxt) if nxt else None,
+    )
+
+
+def step_args(steps: Sequence[PlanAdvance]) -> list[object]:
+    """The script arguments of plan steps (see plan.lua, 'advance'): 10 values each, then
+    the 13 of each of its items (:func:`item_args`)."""
+    args: list[object] = []
+    for step in steps:
+        fence = step.fence
+        args += [
+            step.job,
+            step.scope,
+            stream_slot(step.job, step.scope),
+            _opt_us(step.expected_last),
+            _opt_us(step.new_last),
+            step.added_count,
+            _opt_us(step.next_plan_time),
+            fence.partition if fence is not None else "",
+            fence.epoch if fence is not None else "",
+            len(step.items),
+            *item_args(step.items),
+        ]
+    return args
+
+
+def stream_args(streams: Sequence[tuple[str, str]]) -> list[object]:
+    """job, scope and slot of each stream (see plan.lua, 'ensure')."""
+    return [value for job, scope in streams for value in (job, scope, stream_slot(job, scope))]
+
+
+def due_batch(reply: Row) -> DueBatch:
+    """What plan.lua's 'due' answers: next_at (or None), then {job, scope, cursor value,
+    job fields or None} per due stream."""
+    next_at, *rows = reply
+    streams = [
+        DueStream(cursor(name, scope, text), job(name, fields) if fields else None)
+        for name, scope, text, fields in rows
+    ]
+    return DueBatch(streams, from_us(next_at) if next_at is not None else None)
+
+
+def partition_leases(rows: Row) -> list[PartitionLease]:
+    """Partition leases from partitions.lua's {partition, holder, epoch, expires} rows."""
+    return [
+        PartitionLease(int(number), holder, int(epoch), from_us(expires))
+        for number, holder, epoch, expires in rows
+    ]

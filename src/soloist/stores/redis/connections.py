@@ -45,7 +45,10 @@ from soloist.stores.redis.url import RedisTarget
 __all__ = ["SCRIPTS", "Connections", "script_source"]
 
 #: The scripts, each run as ``lib.lua`` followed by its own body (see lua/).
-SCRIPTS = ("insert", "claim", "runner", "reap", "read", "leader", "jobs", "instances")
+SCRIPTS = (
+    *("insert", "claim", "runner", "reap", "read", "leader", "jobs", "instances"),
+    *("plan", "partitions"),
+)
 
 
 @cache

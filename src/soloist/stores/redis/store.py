@@ -13,6 +13,7 @@ from soloist.errors import DuplicateJobError, StoreDataLostError, StoreError
 from soloist.models import (
     Attempt,
     Claimed,
+    DueBatch,
     InstanceInfo,
     JobRecord,
     LeaderLease,
@@ -20,21 +21,26 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PartitionLease,
     PlanAdvance,
     PlanCursor,
     State,
+    stream_slot,
 )
 from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
 from soloist.stores.existing import schema_problem
 from soloist.stores.redis import codec
 from soloist.stores.redis.connections import Connections
+from soloist.stores.redis.upgrade import upgrade_cursors
 from soloist.stores.redis.url import parse_url
 
 __all__ = ["SCHEMA_VERSION", "RedisStore"]
 
-#: The layout of keys this code reads and writes; ``migrate`` refuses a newer one.
-SCHEMA_VERSION = 1
+#: The layout of keys this code reads and writes; ``migrate`` refuses a newer one and
+#: upgrades an older one. 2: the planning index (``:plan``), cursors ``last|count|next|slot``
+#: and partition leases.
+SCHEMA_VERSION = 2
 _US = timedelta(microseconds=1)
 #: Seconds a wait may spend (re)subscribing, however short its timeout: a healthy server
 #: confirms at once, a busy machine may take a moment.
@@ -100,7 +106,8 @@ class RedisStore:
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> None:
         """Redis has no schema; this checks the server and the key layout version (stored
-        at ``{prefix}:schema``, refused if newer than this code's), writes the store's
+        at ``{prefix}:schema``, refused if newer than this code's, upgraded if older: see
+        :func:`~soloist.stores.redis.upgrade.upgrade_cursors`), writes the store's
         identity unless it exists (see :meth:`_identify`) and loads the scripts."""
         with self._conns.translated():
             client = self._client()
@@ -121,6 +128,13 @@ class RedisStore:
                 )
             await self._identify(client)
             await self._conns.load_scripts()
+            if stored < SCHEMA_VERSION:
+                await upgrade_cursors(client, self.target.base, self._upgrade)
+                await client.set(key, SCHEMA_VERSION)
+
+    async def _upgrade(self, args: list[object]) -> int:
+        """plan.lua's 'upgrade' of one batch of cursors (see :func:`upgrade_cursors`)."""
+        return int(await self._run("plan", self._at(None), ["upgrade", *args]))
 
     async def schema_check(self) -> None:
         """The capability ``checks_schema``: reads ``{prefix}:schema``
@@ -236,18 +250,41 @@ class RedisStore:
     async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
         with self._conns.translated():
             text = await self._client().hget(self._key("cur", job), scope)
-        if text is None:
-            return None
-        last, _, count = str(text).partition("|")
-        return PlanCursor(job, scope, codec.from_us(last), int(count))
+        return codec.cursor(job, scope, text) if text is not None else None
 
     async def plan_advance(self, advance: PlanAdvance) -> bool:
-        last = advance.expected_last
-        expected = codec.us_text(last) if last is not None else ""
-        new_last = codec.us_text(advance.new_last)
-        head = ["plan", advance.job, advance.scope, expected, new_last, advance.added_count]
-        args = codec.item_args(advance.items)
-        return bool(await self._run("insert", self._at(None), [*head, *args]))
+        return (await self.plan_advance_many([advance]))[0]
+
+    async def plan_advance_many(self, steps: Sequence[PlanAdvance]) -> list[bool]:
+        """One script call for every step (plan.lua, 'advance'), each step atomic on its
+        own: its fence, cursor compare-and-set, index entry and inserts."""
+        applied = await self._run("plan", self._at(None), ["advance", *codec.step_args(steps)])
+        return [bool(flag) for flag in applied]
+
+    async def plan_due(
+        self,
+        before: datetime,
+        limit: int,
+        slots: Sequence[tuple[int, int]] | None = None,
+    ) -> DueBatch:
+        """One script call over the sorted set ``:plan`` (plan.lua, 'due'): the cost is
+        that of the due streams, plus the members of other slots skipped among them (at
+        most 5000 per call; past that the call answers what it found, with ``next_at``
+        where it stopped, so the caller looks again then)."""
+        ranges = [bound for pair in slots or () for bound in pair]
+        args = ["due", codec.us_text(before), limit, *ranges]
+        return codec.due_batch(await self._run("plan", self._at(None), args))
+
+    async def plan_cursor_ensure(
+        self,
+        streams: Sequence[tuple[str, str]],
+        at: datetime | None = None,
+        *,
+        revive: bool = False,
+    ) -> int:
+        moment = codec.us_text(at) if at is not None else ""
+        args = ["ensure", moment, "1" if revive else "0", *codec.stream_args(streams)]
+        return int(await self._run("plan", self._at(None), args))
 
     async def occurrence_claim(
         self,
@@ -332,7 +369,8 @@ class RedisStore:
         await self._run("jobs", self._at(None), ["upsert", *args])
 
     async def job_add(self, record: JobRecord) -> None:
-        if not await self._run("jobs", self._at(None), ["add", *codec.job_args(record)]):
+        args = ["add", *codec.job_args(record), stream_slot(record.name, "")]
+        if not await self._run("jobs", self._at(None), args):
             raise DuplicateJobError(f"a job named {record.name!r} already exists")
 
     async def job_get(self, name: str) -> JobRecord | None:
@@ -394,6 +432,20 @@ class RedisStore:
     async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
         row = await self._leader("get", name, now)
         return codec.leader_lease(name, row) if row else None
+
+    # -- planning partitions ----------------------------------------------------------------
+    async def partition_sync(
+        self,
+        instance_id: str,
+        want: Collection[int],
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[PartitionLease]:
+        args = ["sync", instance_id, ttl // _US, *want]
+        return codec.partition_leases(await self._run("partitions", self._at(now), args))
+
+    async def partition_list(self, now: datetime | None = None) -> list[PartitionLease]:
+        return codec.partition_leases(await self._run("partitions", self._at(now), ["list"]))
 
     # -- instances --------------------------------------------------------------------------
     async def instance_heartbeat(

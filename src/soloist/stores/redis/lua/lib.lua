@@ -39,6 +39,51 @@ local function okey(id)
   return B .. ':o:' .. id
 end
 
+-- Fields of a job hash, in the order soloist.stores.redis.codec.job reads them.
+local JOB = {'task', 'schedule', 'payload', 'metadata', 'dynamic', 'paused', 'created'}
+
+-- The planning index: a sorted set of one member per (job, scope) cursor whose next plan
+-- time is set, scored by that time. A member is job \0 scope \0, then the stream's slot
+-- (4 digits) and the byte length of job (10 digits): members of equal score order by job,
+-- then scope (as bytes), and a member names its stream and slot without a lookup.
+local PLAN = B .. ':plan'
+local function plan_member(job, scope, slot)
+  return job .. '\0' .. scope .. '\0' .. string.format('%04d%010d', tonumber(slot), #job)
+end
+-- job, scope and slot (a number) of a planning index member.
+local function plan_stream(member)
+  local n = #member
+  local jlen = tonumber(string.sub(member, n - 9))
+  return string.sub(member, 1, jlen), string.sub(member, jlen + 2, n - 15),
+    tonumber(string.sub(member, n - 13, n - 10))
+end
+-- A cursor is a field (the scope) of the hash ':cur:' .. job, its value
+-- 'last|count|next|slot': last and next plan times ('' for none), the planned count, the
+-- slot. Cursors written before the planning index are 'last|count' until migrate upgrades
+-- them. Returns last, count (a number), next and slot (nil for an old cursor).
+local function cursor_parse(v)
+  local a = string.find(v, '|', 1, true)
+  local b = string.find(v, '|', a + 1, true)
+  if not b then return string.sub(v, 1, a - 1), tonumber(string.sub(v, a + 1)), '', nil end
+  local c = string.find(v, '|', b + 1, true)
+  return string.sub(v, 1, a - 1), tonumber(string.sub(v, a + 1, b - 1)),
+    string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+end
+-- The lease of planning partition n: a hash {holder, epoch, expires} (see partitions.lua).
+local function part_key(n)
+  return B .. ':part:' .. n
+end
+-- Write the cursor of (job, scope) and its planning index entry (none when nxt is '').
+local function cursor_write(job, scope, slot, last, count, nxt)
+  redis.call('HSET', B .. ':cur:' .. job, scope,
+    last .. '|' .. us(count) .. '|' .. nxt .. '|' .. slot)
+  if nxt == '' then
+    redis.call('ZREM', PLAN, plan_member(job, scope, slot))
+  else
+    redis.call('ZADD', PLAN, nxt, plan_member(job, scope, slot))
+  end
+end
+
 local function row(id)
   return redis.call('HMGET', okey(id), unpack(FIELDS))
 end
@@ -181,4 +226,30 @@ local function trim(budget)
       for _, ord in ipairs(redis.call('ZRANGE', done, 0, excess - 1)) do drop(ord) end
     end
   end
+end
+
+-- Insert the occurrence of the 13 values from ARGV[i] (id, dedupe key, job, task, scope,
+-- plan time, plan sort key, due time, kind, max attempts, overlap, payload, max crashes)
+-- unless its dedupe key exists: returns the existing id, or nil when it was inserted (with
+-- every index and counter, and a wake-up if it is due soon).
+local function insert_item(i)
+  local id, key = ARGV[i], ARGV[i + 1]
+  local old = redis.call('HGET', B .. ':dedupe', key)
+  if old then return old end
+  local job, task, due = ARGV[i + 2], ARGV[i + 3], ARGV[i + 7]
+  local seq = redis.call('INCR', B .. ':seq')
+  local ord = ARGV[i + 6] .. string.format('%012d', seq) .. id
+  redis.call('HSET', okey(id), 'id', id, 'key', key, 'job', job, 'task', task,
+    'scope', ARGV[i + 4], 'plan', ARGV[i + 5], 'due', due, 'kind', ARGV[i + 8],
+    'state', 'scheduled', 'att', 0, 'max', ARGV[i + 9], 'ovl', ARGV[i + 10],
+    'payload', ARGV[i + 11], 'crashes', 0, 'maxc', ARGV[i + 12], 'tok', 0,
+    'created', NOW_US, 'ord', ord)
+  redis.call('HSET', B .. ':dedupe', key, id)
+  redis.call('ZADD', B .. ':due:' .. task, due, ord)
+  redis.call('SADD', B .. ':tasks', task)
+  redis.call('ZADD', B .. ':all', 0, ord)
+  redis.call('ZADD', B .. ':job:' .. job, 0, ord)
+  move(ord, job, nil, 'scheduled')
+  wake(tonumber(due))
+  return nil
 end
