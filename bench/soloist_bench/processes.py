@@ -5,19 +5,23 @@ soloist_bench leader``)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
+from soloist.clock import to_epoch_us
 from soloist.context import JobContext
 from soloist.scheduler import Scheduler
 from soloist.schedules import every
 from soloist.stores.base import Store
-from soloist_bench.config import FAILOVER_JOB, NOOP, READY_TIMEOUT, noop
+from soloist_bench.config import FAILOVER_JOB, NOOP, PLANNED, READY_TIMEOUT, noop
 
-__all__ = ["Workers", "leader_main", "worker_main"]
+__all__ = ["Workers", "leader_main", "scheduled_main", "worker_main"]
 
 
 class Workers:
@@ -122,6 +126,52 @@ def leader_main(url: str, instance_id: str) -> None:
         await app.start()
         print("ready", flush=True)
         await stop.wait()
+        await app.stop()
+
+    asyncio.run(serve())
+
+
+def scheduled_main(url: str, instance_id: str, logdir: str) -> None:
+    """One planning-figure instance (default options): runs the dynamic schedules' task,
+    a sync no-op that appends ``job, plan time (epoch us), its own start (epoch us, wall
+    clock)`` to ``LOGDIR/INSTANCE_ID.runs``, and writes ``Runtime.report()`` (the
+    instance's part of ``GET /status``) to ``LOGDIR/INSTANCE_ID.json`` every second. Prints
+    ``ready`` once started; serves until SIGTERM (or SIGKILL)."""
+    app = Scheduler(url, instance_id=instance_id, grace_period="5s")
+    runs = os.open(
+        os.path.join(logdir, f"{instance_id}.runs"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    )
+
+    @app.task(name=PLANNED)
+    def planned(ctx: JobContext) -> None:
+        # One write(2) on an O_APPEND file per run: lines of concurrent runs never mix.
+        line = f"{ctx.job}\t{to_epoch_us(ctx.plan_time)}\t{time.time_ns() // 1000}\n"
+        os.write(runs, line.encode())
+
+    report_path = os.path.join(logdir, f"{instance_id}.json")
+
+    def write_report() -> None:
+        runtime = app.runtime
+        if runtime is None:
+            return
+        # Not GET /status itself: its "jobs" part reads every job's last run (one store
+        # round trip per schedule), which would load the instance being measured.
+        data = {"pid": os.getpid(), "at": time.time(), **runtime.report()}
+        with open(report_path + ".tmp", "w", encoding="utf-8") as out:
+            json.dump(data, out)
+        os.replace(report_path + ".tmp", report_path)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await app.start()
+        write_report()
+        print("ready", flush=True)
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except asyncio.TimeoutError:
+                write_report()
         await app.stop()
 
     asyncio.run(serve())

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from soloist_bench.report_planning import planning_rows
+
 __all__ = ["brief", "median_of", "ms", "percentiles", "ratios", "table"]
 
 
@@ -58,7 +60,7 @@ def ratios(report: dict[str, Any]) -> dict[str, float]:
     better than the raw figures are (the server and the CPU are shared)."""
     base = report["baseline"]
     ratios: dict[str, float] = {}
-    for processes, figures in report["drain"].items():
+    for processes, figures in report.get("drain", {}).items():
         if "per_s" in figures:
             ratios[f"drain_{processes}_per_million_python_loops"] = (
                 figures["per_s"] / base["python_loops_per_s"] * 1e6
@@ -69,7 +71,15 @@ def ratios(report: dict[str, Any]) -> dict[str, float]:
                 )
             if "ping_per_s" in base:
                 ratios[f"drain_{processes}_over_ping"] = figures["per_s"] / base["ping_per_s"]
-    if "raw_insert_rows_per_s" in base:
+    tick = report.get("planning", {}).get("tick")
+    if tick is not None:
+        # A tick's cost in raw round trips of the same server: comparable across runs.
+        for name in ("select_1_per_s", "ping_per_s"):
+            if name in base:
+                ratios[f"planning_tick_in_{name[:-6]}_round_trips"] = (
+                    tick["large"]["tick_ms"] / 1000 * base[name]
+                )
+    if "raw_insert_rows_per_s" in base and "enqueue" in report:
         ratios["insert_many_over_raw_insert"] = (
             report["enqueue"]["insert_many_rows_per_s"] / base["raw_insert_rows_per_s"]
         )
@@ -95,10 +105,28 @@ def table(result: dict[str, Any]) -> Iterator[str]:
 
 
 def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    for processes, figures in store["drain"].items():
-        label = f"drain: executions/s, {processes} worker process(es)"
-        yield label, figures.get("skipped") or f"{figures['per_s']:,.0f}"
-    enqueue = store["enqueue"]
+    if "drain" in store:
+        for processes, figures in store["drain"].items():
+            label = f"drain: executions/s, {processes} worker process(es)"
+            yield label, figures.get("skipped") or f"{figures['per_s']:,.0f}"
+    if "enqueue" in store:
+        yield from _enqueue_rows(store["enqueue"])
+    if "lateness" in store:
+        late = store["lateness"]
+        for key, label in (
+            ("timer_ms", "lateness, due at a set time"),
+            ("wake_ms", "wake-up latency"),
+        ):
+            p50, p99 = late[key]["p50"], late[key]["p99"]
+            yield f"{label}: p50 / p99 ms (idle)", f"{p50:.1f} / {p99:.1f}"
+    if "failover" in store:
+        yield from _failover_rows(store["failover"])
+    if "planning" in store:
+        yield from planning_rows(store["planning"])
+    yield from _baseline_rows(store)
+
+
+def _enqueue_rows(enqueue: dict[str, Any]) -> Iterator[tuple[str, str]]:
     yield "enqueue: aenqueue calls/s (sequential)", f"{enqueue['single_per_s']:,.0f}"
     yield (
         "enqueue: insert_many rows/s (batches of 1000)",
@@ -108,19 +136,21 @@ def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
         "enqueue: enqueue_many tasks/s (2 chunks of 1000 in flight)",
         f"{enqueue['enqueue_many_per_s']:,.0f}",
     )
-    late = store["lateness"]
-    for key, label in (("timer_ms", "lateness, due at a set time"), ("wake_ms", "wake-up latency")):
-        yield f"{label}: p50 / p99 ms (idle)", f"{late[key]['p50']:.1f} / {late[key]['p99']:.1f}"
-    failover = store["failover"]
+
+
+def _failover_rows(failover: dict[str, Any]) -> Iterator[tuple[str, str]]:
     if "skipped" in failover:
         yield "failover", failover["skipped"]
-    else:
-        ttl = failover["lease_ttl_s"]
-        yield (
-            f"failover after kill -9 of the leader, s (TTL {ttl:g} s)",
-            f"{failover['kill9_s']:.2f}",
-        )
-        yield "failover after SIGTERM of the leader, s", f"{failover['sigterm_s']:.2f}"
+        return
+    ttl = failover["lease_ttl_s"]
+    yield (
+        f"failover after kill -9 of the leader, s (TTL {ttl:g} s)",
+        f"{failover['kill9_s']:.2f}",
+    )
+    yield "failover after SIGTERM of the leader, s", f"{failover['sigterm_s']:.2f}"
+
+
+def _baseline_rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
     base = store["baseline"]
     if "store_round_trips_per_s" in base:
         yield (

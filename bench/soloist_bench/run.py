@@ -19,6 +19,8 @@ from soloist.stores import open_store
 from soloist_bench.baselines import measure_baseline, server_version
 from soloist_bench.config import LOCAL_POSTGRES, BenchConfig
 from soloist_bench.failover import measure_failover
+from soloist_bench.planning import measure_tick_cost
+from soloist_bench.planning_live import measure_instances
 from soloist_bench.report import brief, median_of, ratios, table
 from soloist_bench.targets import Target
 from soloist_bench.workloads import measure_drain, measure_enqueue, measure_lateness
@@ -48,30 +50,79 @@ async def bench_store(url: str, config: BenchConfig) -> dict[str, Any]:
         report["baseline"] = await _repeat(
             config, "baseline", lambda: measure_baseline(target, config)
         )
-        drain: dict[str, Any] = {}
-        for processes in config.processes:
-            if processes > 1 and not target.multiprocess:
-                drain[str(processes)] = {"skipped": f"not meaningful: {url} is one process"}
-                continue
-            drain[str(processes)] = await _repeat(
-                config,
-                f"drain with {processes} worker(s)",
-                functools.partial(measure_drain, target, config, processes),
+        figures = config.figures()
+        if "drain" in figures:
+            report["drain"] = await _drain(target, config)
+        if "enqueue" in figures:
+            report["enqueue"] = await _repeat(
+                config, "enqueue", lambda: measure_enqueue(target, config)
             )
-        report["drain"] = drain
-        report["enqueue"] = await _repeat(
-            config, "enqueue", lambda: measure_enqueue(target, config)
-        )
-        report["lateness"] = await _repeat(
-            config, "lateness", lambda: measure_lateness(target, config)
-        )
-        report["failover"] = await _repeat(
-            config, "failover", lambda: measure_failover(target, config)
-        )
+        if "lateness" in figures:
+            report["lateness"] = await _repeat(
+                config, "lateness", lambda: measure_lateness(target, config)
+            )
+        if "failover" in figures:
+            report["failover"] = await _repeat(
+                config, "failover", lambda: measure_failover(target, config)
+            )
+        if "planning" in figures:
+            report["planning"] = await measure_planning(target, config)
         report["ratios"] = ratios(report)
     finally:
         await target.cleanup()
     return report
+
+
+async def _drain(target: Target, config: BenchConfig) -> dict[str, Any]:
+    drain: dict[str, Any] = {}
+    for processes in config.processes:
+        if processes > 1 and not target.multiprocess:
+            drain[str(processes)] = {"skipped": f"not meaningful: {target.url} is one process"}
+            continue
+        drain[str(processes)] = await _repeat(
+            config,
+            f"drain with {processes} worker(s)",
+            functools.partial(measure_drain, target, config, processes),
+        )
+    return drain
+
+
+async def measure_planning(target: Target, config: BenchConfig) -> dict[str, Any]:
+    """The planning figure (:mod:`soloist_bench.planning`, :mod:`~.planning_live`): tick
+    cost in-process; one instance on ``single_schedules``; ``cluster_instances`` on
+    ``cluster_schedules``, one joining, one killed (0 schedules: not measured)."""
+    echo = config.echo
+    result: dict[str, Any] = {}
+    result["tick"] = await measure_tick_cost(target, config)
+    echo(f"  planning tick cost: {brief(_short(result['tick']))}")
+    if config.single_schedules:
+        result["single"] = await measure_instances(
+            target,
+            config,
+            schedules=config.single_schedules,
+            interval=config.single_interval,
+            instances=1,
+            rebalance=False,
+        )
+        echo(f"  planning, 1 instance: {brief(_short(result['single']))}")
+    if config.cluster_schedules:
+        result["cluster"] = await measure_instances(
+            target,
+            config,
+            schedules=config.cluster_schedules,
+            interval=config.cluster_interval,
+            instances=config.cluster_instances,
+            rebalance=True,
+        )
+        echo(
+            f"  planning, {config.cluster_instances} instances: {brief(_short(result['cluster']))}"
+        )
+    return result
+
+
+def _short(figures: dict[str, Any]) -> dict[str, Any]:
+    """The figures without their per-tick and per-instance lists (for the progress line)."""
+    return {k: v for k, v in figures.items() if not isinstance(v, (list, dict))}
 
 
 async def run_bench(config: BenchConfig) -> dict[str, Any]:
@@ -91,6 +142,19 @@ async def run_bench(config: BenchConfig) -> dict[str, Any]:
             "spacing_s": config.spacing,
             "enqueue_calls": config.enqueue_calls,
             "batch": config.batch,
+            "figures": list(config.figures()),
+            "planning": {
+                "tick_streams": config.tick_streams,
+                "tick_due": config.tick_due,
+                "ticks": config.ticks,
+                "single_schedules": config.single_schedules,
+                "single_interval_s": config.single_interval,
+                "cluster_schedules": config.cluster_schedules,
+                "cluster_interval_s": config.cluster_interval,
+                "cluster_instances": config.cluster_instances,
+                "warmup_s": config.warmup,
+                "window_s": config.window,
+            },
         },
         "stores": [await bench_store(url, config) for url in config.stores],
     }
