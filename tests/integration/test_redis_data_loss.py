@@ -26,6 +26,7 @@ import redis
 from soloist import Scheduler, every
 from soloist.context import JobContext
 from soloist.http import create_app
+from soloist.stores.redis import SCHEMA_VERSION
 
 PROMPTLY = 20.0
 
@@ -163,7 +164,7 @@ async def check_recovered(
     ready = await r.client.get("/readyz")
     assert ready.status_code == 200 and "lost its data" in ready.json()["warnings"][0]
     # The schema is back with a new identity, and so is the job defined in code.
-    assert r.raw.get(r.key("schema")) == "1"
+    assert r.raw.get(r.key("schema")) == str(SCHEMA_VERSION)
     new_identity = r.raw.get(r.key("identity"))
     assert new_identity is not None and new_identity != old_identity
     assert r.raw.hget(r.key("j:hourly"), "task") == "hourly"
