@@ -58,6 +58,10 @@ __all__ = ["measure_instances"]
 #: Schedules added per second, assumed when choosing their first instant (a slower add
 #: makes the first instants late: they fall in the warm-up, not in a window).
 ADD_RATE = 1_000
+#: Seconds at least from adding the schedules to their first instants: an instance
+#: learns of schedules added by another process at its planner's next wake-up, which is
+#: ``refresh`` (5 x poll interval) at the latest while it has nothing to plan.
+FIRST_AFTER = 6.0
 #: Seconds to wait after a window for its last runs to be recorded.
 DRAIN_MARGIN = 5.0
 
@@ -271,7 +275,7 @@ async def measure_instances(
             await fleet.start(iid)
         result["partitions_spread_s"] = await _spread(store, ids, 60)
         now = await store.now()
-        lead = max(5.0, schedules / ADD_RATE)
+        lead = max(FIRST_AFTER, schedules / ADD_RATE)
         plan = Plan(schedules, int(interval * 1e6), to_epoch_us(now) + int(lead * 1e6))
         result["add_s"] = await _add(store, app, plan, interval)
         windows: list[tuple[str, int, int]] = []
@@ -281,8 +285,8 @@ async def measure_instances(
         before = fleet.snapshot()
         b = a + timedelta(seconds=config.window)
         await _sleep_until(store, b)
-        work[f"{instances} instances"] = _work(before, fleet.snapshot(), config.window)
-        windows.append((f"{instances} instances", to_epoch_us(a), to_epoch_us(b)))
+        work[_named(instances)] = _work(before, fleet.snapshot(), config.window)
+        windows.append((_named(instances), to_epoch_us(a), to_epoch_us(b)))
         if rebalance:
             joined = f"plan-{instances + 1}"
             await fleet.start(joined)
@@ -292,8 +296,8 @@ async def measure_instances(
             before = fleet.snapshot()
             b = a + timedelta(seconds=config.window)
             await _sleep_until(store, b)
-            work[f"{instances + 1} instances"] = _work(before, fleet.snapshot(), config.window)
-            windows.append((f"{instances + 1} instances", to_epoch_us(a), to_epoch_us(b)))
+            work[_named(instances + 1)] = _work(before, fleet.snapshot(), config.window)
+            windows.append((_named(instances + 1), to_epoch_us(a), to_epoch_us(b)))
             result["failover"] = await _kill_holder(store, fleet)
             a = _at(result["failover"]["killed_at_us"])
             span = max(interval, DEFAULT_LEASE_TTL.total_seconds() + 5)
@@ -315,6 +319,10 @@ async def measure_instances(
     finally:
         await fleet.close()
         await store.close()
+
+
+def _named(instances: int) -> str:
+    return "1 instance" if instances == 1 else f"{instances} instances"
 
 
 def _noop(ctx: object) -> None:

@@ -108,3 +108,66 @@ async def test_bench_baselines_on_postgres_measure_the_raw_server(postgres_dsn: 
         await target.cleanup()
     assert figures["raw_insert_rows_per_s"] > 0
     assert figures["select_1_per_s"] > 0 and figures["store_round_trips_per_s"] > 0
+
+
+def test_bench_planning_figure_on_sqlite(tmp_path: Path) -> None:
+    """``--only planning`` at a tiny size on SQLite: tick cost over a 1,000-stream index
+    against its 10 due streams (3 round trips a tick either way), and 50 dynamic schedules
+    every second run by one instance process: every instant of the window run once, none
+    skipped or doubled, lateness and the planner's work reported."""
+    out = tmp_path / "bench.json"
+    args = [
+        "--store",
+        f"sqlite:///{tmp_path / 'bench.db'}",
+        "--only",
+        "planning",
+        "--runs",
+        "1",
+        "--tick-streams",
+        "1000",
+        "--tick-due",
+        "10",
+        "--ticks",
+        "3",
+        "--planning-single-schedules",
+        "50",
+        "--planning-single-interval",
+        "1",
+        "--planning-schedules",
+        "0",
+        "--planning-warmup",
+        "1",
+        "--planning-window",
+        "3",
+        "--json",
+        str(out),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "soloist_bench", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (store,) = json.loads(out.read_text())["stores"]
+    assert "drain" not in store and "failover" not in store  # only what was asked
+    tick = store["planning"]["tick"]
+    assert tick["large"]["streams_in_index"] == 1000
+    assert tick["small"]["streams_in_index"] == 10
+    for size in ("large", "small"):
+        assert tick[size]["streams_per_tick"] == 10
+        assert 2 <= tick[size]["round_trips_per_tick"] <= 4
+        assert 0 < tick[size]["tick_ms"] < 1000
+    assert tick["round_trip_ratio"] == 1
+    assert 0 < tick["tick_ratio"] < 10  # O(due): 100x the streams, not 100x the cost
+    single = store["planning"]["single"]
+    window = single["windows"]["1 instance"]
+    assert window["expected_runs"] == 150  # 50 schedules x 3 s, every second
+    assert window["runs"] == 150 and window["skipped"] == 0
+    assert window["skipped_in_store"] == 0 and single["doubled"] == 0
+    assert 0 <= window["lateness_ms"]["p50"] <= window["lateness_ms"]["p99"] < 2000
+    (work,) = single["work"]["1 instance"].values()
+    assert work["partitions_held"] == 64
+    assert work["planner_streams_per_s"] > 0 and work["cpu_percent"] > 0
+    assert "planning, 1 instance" in done.stdout
