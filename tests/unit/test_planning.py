@@ -280,3 +280,122 @@ def test_the_partition_count_is_checked() -> None:
     with pytest.raises(ConfigError, match="invalid partitions 'many'"):
         Scheduler("memory://", partitions="many")  # type: ignore[arg-type]
     assert Scheduler("memory://", partitions=8).config.partitions == 8
+
+
+# -- what an adversarial review found -------------------------------------------------------------
+async def test_a_schedule_changed_in_code_is_planned_by_the_new_schedule(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """After a deploy that changes a job's schedule, the stream is planned again at once by
+    the new schedule, not at the old schedule's next instant."""
+    old = make_app(clock, store)
+    old.job(every("1h"), name="report")(lambda ctx: None)
+    await plan_tick(await started(old))
+    new = make_app(clock, store)
+    new.job(every("1m"), name="report")(lambda ctx: None)
+    runtime = await started(new)
+    for _ in range(3):
+        clock.advance(60)
+        await plan_tick(runtime)
+    rows = await store.occurrence_list(job="report", limit=10)
+    assert sorted(o.plan_time for o in rows) == [T0 + timedelta(minutes=m) for m in (1, 2, 3)]
+
+
+async def test_a_failing_scope_provider_does_not_stop_the_other_jobs(
+    clock: FakeClock, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scope provider that raises is logged; its job keeps its last scopes and every other
+    job is still planned."""
+    calls = {"n": 0}
+
+    def flaky(now: datetime) -> list[str]:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("tenant service down")
+        return ["acme"]
+
+    app = make_app(clock, store)
+    app.job(every("1m"), name="billing", scopes=flaky)(lambda ctx: None)
+    app.job(every("1m"), name="plain")(lambda ctx: None)
+    runtime = await started(app)
+    await plan_tick(runtime)
+    with caplog.at_level("ERROR", logger="soloist"):
+        for _ in range(2):
+            clock.advance(60)
+            await plan_tick(runtime)
+    assert "tenant service down" in caplog.text
+    rows = await store.occurrence_list(limit=10)
+    assert sorted((o.job, o.scope) for o in rows) == [
+        ("billing", "acme"),
+        ("billing", "acme"),
+        ("plain", ""),
+        ("plain", ""),
+    ]
+
+
+async def test_a_code_job_no_instance_defines_leaves_the_index(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A job removed from the code (no live instance announces it) leaves the index instead
+    of being rewritten every refresh; defined again, it is planned again."""
+    old = make_app(clock, store)
+    old.job(every("1m"), name="gone")(lambda ctx: None)
+    await plan_tick(await started(old))
+    new = make_app(clock, store)
+    new.job(every("1m"), name="kept")(lambda ctx: None)
+    runtime = await started(new)
+    await announce(runtime)
+    clock.advance(60)
+    await plan_tick(runtime)
+    cursor = await store.plan_cursor_get("gone", "")
+    assert cursor is not None and cursor.next_plan_time is None
+    before = runtime.planner.streams_total
+    clock.advance(60)
+    await plan_tick(runtime)
+    assert runtime.planner.streams_total - before == 1  # "kept" only
+    back = make_app(clock, store)
+    back.job(every("1m"), name="gone")(lambda ctx: None)
+    again = await started(back)
+    clock.advance(60)
+    await plan_tick(again)
+    rows = await store.occurrence_list(job="gone", limit=10)
+    assert T0 + timedelta(minutes=3) in {o.plan_time for o in rows}
+
+
+async def test_a_stopping_instance_hands_its_partitions_over_at_once(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """On stop an instance says it no longer plans and releases its partitions: the other
+    instance takes them all at its next poll, although the first is still draining (and
+    still listed as live)."""
+    apps = [make_app(clock, store, iid) for iid in ("a", "b")]
+    a, b = [await started(app) for app in apps]
+    for runtime in (a, b):
+        await announce(runtime)
+    for _ in range(2):
+        for runtime in (a, b):
+            await runtime.partitions.tick()  # type: ignore[union-attr]
+    assert len(b.partitions.report()["held"]) == 32  # type: ignore[union-attr, arg-type]
+    await a.stop_planning()  # what Runtime.stop does first, before the drain
+    assert "a" in {i.instance_id for i in await store.instance_list()}  # still draining
+    await b.partitions.tick()  # type: ignore[union-attr]
+    assert len(b.partitions.report()["held"]) == 64  # type: ignore[union-attr, arg-type]
+
+
+async def test_refused_plan_writes_make_the_partitions_resync(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """When the store refuses the planner's fenced writes (the leases went, e.g. with the
+    store's data), the planner does not spin: it waits a little and the partitions re-sync."""
+    app = make_app(clock, store)
+    app.task(name="work")(lambda ctx: None)
+    await add_schedules(app, 3, "1s")
+    runtime = await started(app)
+    await plan_tick(runtime)
+    store._partitions.clear()  # the leases are gone; the instance still trusts its own
+    clock.advance(1)
+    delay = await runtime.planner.tick()
+    assert delay >= 0.09
+    assert runtime.partitions.held_slots() == []  # type: ignore[union-attr]
+    await plan_tick(runtime)
+    assert runtime.partitions.held_slots() != []  # type: ignore[union-attr]

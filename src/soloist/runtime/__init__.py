@@ -90,6 +90,7 @@ class Runtime:
                 count=config.partitions,
                 ttl=config.lease_ttl,
                 on_gained=lambda: self.planner.wake(),
+                on_agreed=lambda: self.planner.rediscover(),
             )
         self.planner = Planner(
             bundle,
@@ -165,6 +166,12 @@ class Runtime:
         return names
 
     async def _on_elected(self, epoch: int) -> None:
+        if self.config.mode == "leader":
+            # A new leader enters every stream again: what an older leader wrote (without
+            # the planning index) is planned too.
+            self.planner.rediscover()
+        if self.partitions is not None:
+            self.partitions.resync()
         self.wake()
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -195,6 +202,8 @@ class Runtime:
         await self.store.migrate()
         await self.register()
         self.planner.rediscover()
+        if self.partitions is not None:
+            self.partitions.resync()
         self.wake()
 
     # -- what this instance says about itself -----------------------------------------------
@@ -228,9 +237,7 @@ class Runtime:
             self.config.grace_period.total_seconds(),
             extra={"action": "stopping", "instance_id": self.config.instance_id},
         )
-        await self.planner.stop()
-        if self.partitions is not None:
-            await self.partitions.release()
+        await self.stop_planning()
         await self.elector.resign()
         await self.executor.drain(self.config.grace_period.total_seconds())
         await self.heartbeater.stop()
@@ -242,6 +249,17 @@ class Runtime:
             self.config.instance_id,
             extra={"action": "stop", "instance_id": self.config.instance_id},
         )
+
+    async def stop_planning(self) -> None:
+        """The first step of a stop: no more planning here, and in distributed mode the
+        partitions handed over at once, while handlers may still drain for a while."""
+        await self.planner.stop()
+        if self.partitions is not None:
+            # Say first that this instance no longer plans, so that the others count it
+            # out and take its partitions as soon as they are released.
+            self.registrar.metadata["plans"] = False
+            await self.registrar.announce()
+            await self.partitions.release()
 
     def wake(self) -> None:
         """New work may be due now (enqueue, trigger, schedule change in this process)."""

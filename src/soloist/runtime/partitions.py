@@ -77,6 +77,7 @@ class Partitions(Service):
         count: int,
         ttl: timedelta,
         on_gained: Callable[[], None] | None = None,
+        on_agreed: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(bundle)
         self.store = store
@@ -87,6 +88,11 @@ class Partitions(Service):
         self.trust_window = seconds * 3 / 4
         self.poll_interval = min(MAX_POLL_INTERVAL, seconds / 4)
         self.on_gained = on_gained
+        #: Called when instances agree on the count again after a disagreement (an older
+        #: version has gone: what it wrote is entered into the index again).
+        self.on_agreed = on_agreed
+        #: The code-defined jobs the live instances announce, as the last poll saw them.
+        self.announced: set[str] | None = None
         #: The partitions this instance holds, as the last sync left them.
         self.held: dict[int, PartitionLease] = {}
         self.trusted_until = 0.0
@@ -114,6 +120,15 @@ class Partitions(Service):
                 ranges.append((lo, hi))
         return ranges
 
+    def announced_jobs(self) -> set[str] | None:
+        return self.announced
+
+    def resync(self) -> None:
+        """Plan writes were refused: distrust the partitions until the next sync, now."""
+        self.trusted_until = 0.0
+        self._synced_at = None
+        self.wake()
+
     def fence(self, slot: int) -> PlanFence | None:
         """The fence of the trusted partition that has ``slot``, or None."""
         partition = slot_partition(slot, self.count)
@@ -134,6 +149,9 @@ class Partitions(Service):
     async def tick(self) -> float:
         live = await self.store.instance_list()
         peers = {i.instance_id: i for i in live if i.mode == PARTITIONED_MODE}
+        self.announced = {
+            str(job) for info in peers.values() for job in info.metadata.get("jobs", ())
+        }
         others = {
             iid: info.metadata.get("partitions")
             for iid, info in peers.items()
@@ -150,7 +168,11 @@ class Partitions(Service):
                 action="partitions_agree",
             )
             self.refusal = None
-        want = assign(sorted(set(peers) | {self.instance_id}), self.count)[self.instance_id]
+            if self.on_agreed is not None:
+                self.on_agreed()
+        # Instances that stopped planning (shutting down) get no partitions.
+        planners = {iid for iid, info in peers.items() if info.metadata.get("plans", True)}
+        want = assign(sorted(planners | {self.instance_id}), self.count)[self.instance_id]
         due = self._synced_at is None or (
             self.clock.monotonic() - self._synced_at >= self.renew_interval
         )
@@ -214,4 +236,3 @@ class Partitions(Service):
             "held": sorted(self._trusted()),
             "refusal": self.refusal,
         }
-

@@ -89,6 +89,8 @@ BATCH = 500
 MAX_BATCHES = 20
 #: Streams entered into the index per round trip (scopes, dynamic schedules at start).
 ENSURE_BATCH = 1_000
+#: After a plan write was refused, the planner looks again this much later.
+RETRY_AFTER_REFUSAL = timedelta(milliseconds=100)
 
 
 class Ownership(Protocol):
@@ -100,6 +102,14 @@ class Ownership(Protocol):
 
     def fence(self, slot: int) -> PlanFence | None:
         """The fence of the held partition that has ``slot``, or None if it is not held."""
+        ...
+
+    def announced_jobs(self) -> set[str] | None:
+        """The code-defined jobs the live instances announce (None: not known yet)."""
+        ...
+
+    def resync(self) -> None:
+        """Plan writes were refused: stop trusting the partitions until they are synced."""
         ...
 
 
@@ -201,7 +211,11 @@ class Planner(Service):
             results = await self.store.plan_advance_many(steps) if steps else []
             self.round_trips += 2 if steps else 1
             if not all(results):
-                next_wake = now  # another planner moved a stream first: look again at once
+                # Another planner moved a stream first, or a fence refused the write (the
+                # partition passed on): look again shortly, after the partitions re-sync.
+                next_wake = min(next_wake, now + RETRY_AFTER_REFUSAL)
+                if self.ownership is not None:
+                    self.ownership.resync()
             self._planned(steps, results)
             for step in steps:
                 if step.next_plan_time is not None:
@@ -243,7 +257,20 @@ class Planner(Service):
         self._discovered_at = moment
         current: set[tuple[str, str]] = set()
         for job in self.registry.jobs.values():
-            scopes = await self._scopes(job, now)
+            try:
+                scopes = await self._scopes(job, now)
+            except Exception as exc:  # one failing provider must not stop the other jobs
+                self.log(
+                    logging.ERROR,
+                    "job %s: the scope provider failed (%s: %s); keeping its last scopes",
+                    job.name,
+                    type(exc).__name__,
+                    exc,
+                    action="plan_error",
+                    job=job.name,
+                )
+                current.update(k for k in self._known if k[0] == job.name)
+                continue
             if job.scopes is not None:
                 self._scope_sets[job.name] = set(scopes)
             current.update((job.name, scope) for scope in scopes)
@@ -301,8 +328,10 @@ class Planner(Service):
         return PlanAdvance(cursor.job, cursor.scope, last, last, 0, (), later, fence)
 
     def _job_of(self, cursor: PlanCursor, record: JobRecord | None) -> tuple[JobDef | None, str]:
-        """The job that plans ``cursor``'s stream, or None and why: ``gone`` (a scope no
-        longer provided: the stream leaves the index) or ``unplannable``."""
+        """The job that plans ``cursor``'s stream, or None and why: ``gone`` (the stream
+        leaves the index: a scope no longer provided, a code-defined job no live instance
+        defines) or ``unplannable`` (looked at again after ``refresh``: a task or job this
+        instance does not define, a stored schedule it cannot read)."""
         job = self.registry.jobs.get(cursor.job)
         if job is not None and (record is None or not record.dynamic):
             scopes = self._scope_sets.get(job.name)
@@ -312,6 +341,10 @@ class Planner(Service):
                 else scopes is not None and (cursor.scope in scopes)
             )
             return (job, "") if valid else (None, "gone")
+        if record is not None and not record.dynamic and self.ownership is not None:
+            announced = self.ownership.announced_jobs()
+            if announced is not None and cursor.job not in announced:
+                return None, "gone"  # no live instance defines it: entered again if one does
         if record is None or not record.dynamic or record.task not in self.registry.tasks:
             return None, "unplannable"
         parsed = self._parsed.get(record.name)

@@ -70,6 +70,14 @@ class Registrar(Service):
             )
         self.others = others
 
+    async def announce(self) -> None:
+        """Heartbeat now, with the current metadata; a failure is only logged (the loop
+        sends it again)."""
+        try:
+            await self.tick()
+        except Exception as exc:
+            self.log(logging.WARNING, "could not announce: %s", exc, action="announce")
+
     async def deregister(self) -> None:
         """Stop announcing and leave the list of live instances. Safe twice."""
         await self.stop()

@@ -153,9 +153,11 @@ class Store(Protocol):
     ) -> int:
         """Make sure each (job, scope) stream has a cursor in the planning index: a
         missing one is created never planned (``last_plan_time`` None, count 0) with
-        ``next_plan_time = at`` (None: the store's now); with ``revive``, an existing
-        cursor whose ``next_plan_time`` is None gets ``at`` too. Other cursors are left
-        alone. Returns how many cursors were created or revived."""
+        ``next_plan_time = at`` (None: the store's now), and one written by an older
+        version of soloist (without a slot) gets its slot and ``at``. With ``revive``, an
+        existing cursor whose ``next_plan_time`` is None or later than ``at`` gets ``at``
+        too (so that it is planned again at once: its schedule may have changed). Other
+        cursors are left alone. Returns how many cursors were created or changed."""
         ...
 
     async def occurrence_claim(

@@ -190,7 +190,7 @@ class MemoryStore:
                 cursor = self._cursors.get((job, scope))
                 if cursor is None:
                     self._cursors[(job, scope)] = PlanCursor(job, scope, None, 0, moment)
-                elif revive and cursor.next_plan_time is None:
+                elif revive and (cursor.next_plan_time is None or cursor.next_plan_time > moment):
                     self._cursors[(job, scope)] = replace(cursor, next_plan_time=moment)
                 else:
                     continue

@@ -50,14 +50,18 @@ RETURNING 1
 _ENSURE = """
 INSERT INTO plan_cursors (job, scope, last_plan_time, planned_count, next_plan_time, slot)
 VALUES (?, ?, NULL, 0, ?, ?)
-ON CONFLICT (job, scope) DO NOTHING
+ON CONFLICT (job, scope) DO UPDATE
+SET slot = excluded.slot, next_plan_time = excluded.next_plan_time
+WHERE plan_cursors.slot IS NULL
 RETURNING 1
 """
 _REVIVE = """
 INSERT INTO plan_cursors (job, scope, last_plan_time, planned_count, next_plan_time, slot)
 VALUES (?, ?, NULL, 0, ?, ?)
-ON CONFLICT (job, scope) DO UPDATE SET next_plan_time = excluded.next_plan_time
-WHERE plan_cursors.next_plan_time IS NULL
+ON CONFLICT (job, scope) DO UPDATE
+SET slot = excluded.slot, next_plan_time = excluded.next_plan_time
+WHERE plan_cursors.slot IS NULL OR plan_cursors.next_plan_time IS NULL
+   OR plan_cursors.next_plan_time > excluded.next_plan_time
 RETURNING 1
 """
 # ``:slots`` is a JSON array of the slots asked about (the ranges spelled out: at most
@@ -159,8 +163,9 @@ def plan_cursor_ensure(
     now: Now,
 ) -> int:
     """Create the missing cursors of ``streams`` ((job, scope, slot)), never planned, due
-    at ``now()``; with ``revive``, also put back at ``now()`` the existing ones out of the
-    index. One transaction; returns how many were created or revived."""
+    at ``now()``, and enter those written by an older version (no slot); with ``revive``,
+    also bring the existing ones out of the index or due later back to ``now()``. One
+    transaction; returns how many were created or changed."""
     sql = _REVIVE if revive else _ENSURE
     with transaction(conn):
         at = now()

@@ -149,17 +149,22 @@ class PlanningConformance:
         self, store: Store, clock: FakeClock
     ) -> None:
         """ensure creates only missing cursors (at the store's now by default); revive also
-        puts a cursor that is out of the index (next None) back at ``at``."""
-        assert all(
-            await store.plan_advance_many([_step("out", None, 0, None), _step("in", None, 0, 50)])
-        )
+        brings a cursor out of the index (next None), or due later than ``at``, back to
+        ``at``, and leaves one due earlier alone."""
+        steps = [_step("out", None, 0, None), _step("in", None, 0, 50), _step("soon", None, 0, 5)]
+        assert all(await store.plan_advance_many(steps))
         clock.advance(3)
         assert await store.plan_cursor_ensure([("out", ""), ("in", ""), ("new", "")]) == 1
         assert await store.plan_cursor_get("new", "") == PlanCursor("new", "", None, 0, at(3))
         assert (await store.plan_cursor_get("out", "")).next_plan_time is None  # type: ignore[union-attr]
-        assert await store.plan_cursor_ensure([("out", ""), ("in", "")], at(9), revive=True) == 1
-        assert await store.plan_cursor_get("out", "") == PlanCursor("out", "", at(0), 0, at(9))
         assert (await store.plan_cursor_get("in", "")).next_plan_time == at(50)  # type: ignore[union-attr]
+        revived = await store.plan_cursor_ensure(
+            [("out", ""), ("in", ""), ("soon", "")], at(9), revive=True
+        )
+        assert revived == 2
+        assert await store.plan_cursor_get("out", "") == PlanCursor("out", "", at(0), 0, at(9))
+        assert await store.plan_cursor_get("in", "") == PlanCursor("in", "", at(0), 0, at(9))
+        assert (await store.plan_cursor_get("soon", "")).next_plan_time == at(5)  # type: ignore[union-attr]
 
     async def test_a_step_may_keep_a_never_planned_stream_unplanned(self, store: Store) -> None:
         """new_last None (with expected None) parks a never-planned stream: it moves in the

@@ -114,9 +114,11 @@ elseif op == 'ensure' then
     if not v then
       cursor_write(job, scope, slot, '', 0, at)
       changed = changed + 1
-    elseif revive then
-      local last, count, nxt = cursor_parse(v)
-      if nxt == '' then
+    else
+      -- an old cursor (no slot) enters the index; revive pulls a later entry back to at
+      local last, count, nxt, had = cursor_parse(v)
+      local later = nxt == '' or tonumber(nxt) > tonumber(at)
+      if had == nil or (revive and later) then
         cursor_write(job, scope, slot, last, count, at)
         changed = changed + 1
       end
