@@ -230,7 +230,5 @@ def check_partitions(value: object) -> int:
         except ValueError:
             count = value
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= SLOTS:
-        raise ConfigError(
-            f"invalid partitions {value!r}: expected an integer from 1 to {SLOTS}"
-        )
+        raise ConfigError(f"invalid partitions {value!r}: expected an integer from 1 to {SLOTS}")
     return count

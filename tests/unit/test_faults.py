@@ -92,13 +92,13 @@ async def started(app: Scheduler) -> Runtime:
     await runtime.register()
     return runtime
 
+
 async def plan_tick(runtime: Runtime) -> float:
     """One planner tick after one of the partition service (these tests drive the
     services' ticks by hand, on a fake clock)."""
     if runtime.partitions is not None:
         await runtime.partitions.tick()
     return await runtime.planner.tick()
-
 
 
 async def start_gated(app: Scheduler) -> tuple[Runtime, str, asyncio.Event]:
