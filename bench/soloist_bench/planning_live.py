@@ -247,7 +247,20 @@ def _window(
         "skipped": len(expected - ran),
         "skipped_in_store": sum(1 for p in skipped_in_store if a_us <= p < b_us),
         "lateness_ms": percentiles(late) if late else {"n": 0},
+        # p50 / p99 lateness of the runs planned in each 10 s slice of the window: a
+        # backlog building or draining shows here.
+        "lateness_by_10s": _slices(runs, a_us, b_us),
     }
+
+
+def _slices(runs: list[tuple[str, int, int, str]], a_us: int, b_us: int) -> list[list[float]]:
+    out = []
+    for lo in range(a_us, b_us, 10_000_000):
+        late = [(s - p) / 1000 for _, p, s, _ in runs if lo <= p < min(lo + 10_000_000, b_us)]
+        if late:
+            figures = percentiles(late)
+            out.append([round(figures["p50"], 1), round(figures["p99"], 1)])
+    return out
 
 
 async def measure_instances(
