@@ -20,13 +20,27 @@ from psycopg import sql
 from soloist.clock import SystemClock
 from soloist.context import JobContext
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
-from soloist.models import Claimed, JobRecord, Kind, Outcome, Overlap, PlanAdvance, State
+from soloist.models import (
+    SLOTS,
+    Claimed,
+    JobRecord,
+    Kind,
+    Outcome,
+    Overlap,
+    PlanAdvance,
+    PlanCursor,
+    PlanFence,
+    State,
+    stream_slot,
+)
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
-from soloist.stores.postgres import PostgresStore, parse_url
+from soloist.stores.postgres import PostgresStore, codec, migrations, parse_url
 from soloist.stores.postgres.connections import ORDERED_WALK, ORDERED_WALK_END
 from soloist.stores.postgres.migrations import MIGRATIONS
+from soloist.stores.postgres.planning import Planning
 from soloist.stores.postgres.queries import Queries
+from soloist.testing.clock import FakeClock
 from soloist.testing.conformance import claim, new_occurrence
 from soloist.testing.conformance.base import insert
 from soloist.testing.conformance.processes import race_claimers
@@ -520,6 +534,71 @@ async def test_a_schema_at_version_4_gets_the_overlap_group_index_keeping_its_ro
         await store.close()
 
 
+async def test_a_schema_at_version_5_enters_its_cursors_in_the_planning_index(
+    postgres_dsn: str, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 6 enters every cursor there in the planning index, in batches: a planned
+    one due again at its last plan time (the planner re-plans from there), one never
+    planned at the store's now, each with its stream's slot; counts and plan times stay,
+    and there is no partition lease yet."""
+    schema = parse_url(postgres_url).schema
+    _old_schema(postgres_dsn, schema, 5)
+    cursors = [
+        (f"job{n}", f"scope{n % 3}", LONG_AGO + timedelta(minutes=n) if n % 4 else None, n)
+        for n in range(7)
+    ]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        for cursor in cursors:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.plan_cursors (job, scope, last_plan_time, planned_count) "
+                    "VALUES (%s, %s, %s, %s)"
+                ).format(sql.Identifier(schema)),
+                cursor,
+            )
+    monkeypatch.setattr(migrations, "CURSOR_BATCH", 3)  # 7 cursors: three batches
+    now = LONG_AGO + timedelta(days=1)
+    store = PostgresStore(postgres_url, clock=FakeClock(now))
+    try:
+        await store.migrate()
+        assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+        for job, scope, last, count in cursors:
+            expected = PlanCursor(job, scope, last, count, last if last is not None else now)
+            assert await store.plan_cursor_get(job, scope) == expected
+        assert len((await store.plan_due(now, 100)).streams) == len(cursors)
+        for job, scope, _, _ in cursors:
+            slot = stream_slot(job, scope)
+            found = (await store.plan_due(now, 100, [(slot, slot + 1)])).streams
+            assert (job, scope) in {(s.cursor.job, s.cursor.scope) for s in found}
+            assert all(stream_slot(s.cursor.job, s.cursor.scope) == slot for s in found)
+        assert await store.partition_list() == []
+    finally:
+        await store.close()
+
+
+async def test_a_cursor_an_older_version_writes_enters_the_index_when_ensured(
+    postgres_dsn: str, store: PostgresStore
+) -> None:
+    """A cursor written as version 5 wrote them (during a rolling upgrade: no slot, no
+    index entry) is entered by plan_cursor_ensure, revive or not: its slot and ``at``,
+    its plan time and count kept; ensuring it again changes nothing."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.plan_cursors (job, scope, last_plan_time, planned_count) "
+                "VALUES ('old', 'x', %s, 4)"
+            ).format(sql.Identifier(store.schema)),
+            (LONG_AGO,),
+        )
+    at = LONG_AGO + timedelta(hours=1)
+    assert await store.plan_cursor_ensure([("old", "x"), ("new", "")], at) == 2
+    assert await store.plan_cursor_get("old", "x") == PlanCursor("old", "x", LONG_AGO, 4, at)
+    slot = stream_slot("old", "x")
+    batch = await store.plan_due(at, 10, [(slot, slot + 1)])
+    assert [(s.cursor.job, s.cursor.scope) for s in batch.streams] == [("old", "x")]
+    assert await store.plan_cursor_ensure([("old", "x"), ("new", "")], at, revive=True) == 0
+
+
 def test_usable_from_several_event_loops_and_threads(postgres_dsn: str, postgres_url: str) -> None:
     """asyncio.run calls in turn and from threads share one store; close leaves no connection."""
     app_name = f"soloist-test-{random.getrandbits(48):x}"
@@ -757,6 +836,157 @@ async def test_concurrent_claimers_never_overlap_a_skip_or_queue_job(
     rows = await store.occurrence_list(limit=1000)
     assert {o.state for o in rows} <= {State.SUCCEEDED, State.SKIPPED}
     assert all(o.attempt == 1 for o in rows if o.state == State.SUCCEEDED)
+
+
+# -- the planning index and partitions ------------------------------------------------------
+def _explain(dsn: str, query: str, params: dict[str, Any]) -> dict[str, Any]:
+    """EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of ``query``: its top node and totals."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", params).fetchone()
+    assert row is not None
+    explained: dict[str, Any] = row[0][0]
+    return explained
+
+
+def _scans(node: dict[str, Any]) -> set[tuple[str, str, str | None]]:
+    """(node type, table, index) of every scan of a table in the plan under ``node``."""
+    found = set()
+    if "Relation Name" in node:
+        found.add((node["Node Type"], node["Relation Name"], node.get("Index Name")))
+    for child in node.get("Plans", []):
+        found |= _scans(child)
+    return found
+
+
+async def test_plan_due_reads_only_what_the_due_streams_cost(
+    postgres_dsn: str, store: PostgresStore
+) -> None:
+    """20,000 cursors of 20,000 jobs, 10 of them due, no statistics: plan_due walks the
+    planning index from its start and looks each due stream's job up by name, with or
+    without slots: no sequential scan, a few dozen buffers (a scan of either table reads
+    hundreds)."""
+    await store.job_upsert([JobRecord(f"s{n:05}", "task", {}) for n in range(20_000)])
+    far, due = LONG_AGO + timedelta(days=1), LONG_AGO + timedelta(hours=1)
+    steps = [
+        PlanAdvance(f"s{n:05}", "", None, LONG_AGO, 0, (), (due if n % 2000 == 7 else far))
+        for n in range(20_000)
+    ]
+    for start in range(0, len(steps), 5000):
+        assert all(await store.plan_advance_many(steps[start : start + 5000]))
+    statements = Planning(store.schema)
+    params: dict[str, Any] = {"before": due, "limit": 500}
+    everywhere = {**params, "slots": codec.slot_mask([(0, SLOTS)])}
+    for query, values in ((statements.due, params), (statements.due_in_slots, everywhere)):
+        explained = await asyncio.to_thread(_explain, postgres_dsn, query, values)
+        plan = explained["Plan"]
+        scans = _scans(plan)
+        assert not [scan for scan in scans if scan[0] == "Seq Scan"], scans
+        assert ("Index Scan", "plan_cursors", "plan_cursors_due") in scans, scans
+        assert ("Index Scan", "jobs", "jobs_pkey") in scans, scans
+        assert plan["Actual Rows"] == 10
+        assert plan["Shared Hit Blocks"] + plan["Shared Read Blocks"] < 100, plan
+    batch = await store.plan_due(due, 500)
+    assert [s.cursor.job for s in batch.streams] == [f"s{n:05}" for n in range(7, 20_000, 2000)]
+    assert all(s.job is not None and s.job.name == s.cursor.job for s in batch.streams)
+    assert batch.next_at == far
+
+
+async def test_plan_advance_many_is_one_statement(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """500 plan steps, each a cursor and an occurrence, send one statement; a batch naming
+    a stream twice sends one statement per round, in one pipeline, and the second step of
+    the stream sees the first one's write."""
+    await store.occurrence_get("warm-up")  # the pool is open before counting starts
+    sent: list[str] = []
+    execute = psycopg.AsyncCursor.execute
+
+    async def counting(self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+        sent.append(str(query))
+        return await execute(self, query, *args, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    later = LONG_AGO + timedelta(minutes=1)
+    steps = [
+        PlanAdvance(f"s{n}", "", None, LONG_AGO, 1, [new_occurrence(f"k{n}", job=f"s{n}")], later)
+        for n in range(500)
+    ]
+    assert await store.plan_advance_many(steps) == [True] * 500
+    assert len(sent) == 1
+    assert len(await store.occurrence_list(limit=1000)) == 500
+    sent.clear()
+    twice = [
+        PlanAdvance("s9", "", LONG_AGO, later, 0),
+        PlanAdvance("s1", "", LONG_AGO, later, 0),
+        PlanAdvance("s9", "", later, later + timedelta(minutes=1), 2),
+        PlanAdvance("s9", "", later, later, 0),  # stale by then
+    ]
+    assert await store.plan_advance_many(twice) == [True, True, True, False]
+    assert len(sent) == 3
+    last = later + timedelta(minutes=1)
+    assert await store.plan_cursor_get("s9", "") == PlanCursor("s9", "", last, 3, None)
+
+
+async def test_partition_leases_and_fences_follow_the_database_clock(
+    store: PostgresStore, other: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no clock injected, partition leases start and end on the database's clock,
+    and a fenced plan step checks its lease there, even when this process's clock runs an
+    hour fast."""
+    real_now = SystemClock.now
+    monkeypatch.setattr(SystemClock, "now", lambda self: real_now(self) + timedelta(hours=1))
+    ttl = timedelta(minutes=30)
+    before = await store.now()
+    (lease,) = await store.partition_sync("a", [7], ttl)
+    after = await store.now()
+    assert (lease.partition, lease.holder, lease.epoch) == (7, "a", 1)
+    assert before + ttl <= lease.expires_at <= after + ttl
+    assert await other.partition_sync("b", [7], ttl) == [lease]  # not expired on the database
+    assert await other.plan_advance(PlanAdvance("s", "", None, LONG_AGO, 0, fence=PlanFence(7, 1)))
+    assert await store.partition_sync("a", [], ttl) == []  # released at once
+    (taken,) = await other.partition_sync("b", [7], ttl)
+    assert (taken.holder, taken.epoch) == ("b", 2)
+    later = LONG_AGO + timedelta(minutes=1)
+    stale = PlanAdvance("s", "", LONG_AGO, later, 0, fence=PlanFence(7, 1))
+    assert not await store.plan_advance(stale)
+    assert await other.plan_advance(PlanAdvance("s", "", LONG_AGO, later, 0, fence=PlanFence(7, 2)))
+
+
+async def test_many_handles_syncing_partitions_at_once_do_not_deadlock(
+    postgres_url: str, store: PostgresStore
+) -> None:
+    """Eight handles (own pools) syncing overlapping, changing sets of partitions, half of
+    them listed in reverse order, while planning fenced steps: no deadlock and no error;
+    then each live lease is held by an instance that wanted it last, and a late instance
+    takes exactly the partitions nobody holds."""
+    handles = [store] + [PostgresStore(postgres_url) for _ in range(7)]
+    wanted: dict[int, list[int]] = {}
+
+    async def instance(n: int) -> None:
+        for turn in range(6):
+            want = wanted[n] = [p for p in range(32) if (p + n + turn) % 3]
+            leases = await handles[n].partition_sync(f"i{n}", want[:: 1 if n % 2 else -1], TTL)
+            fences = [PlanFence(x.partition, x.epoch) for x in leases if x.holder == f"i{n}"]
+            steps = [
+                PlanAdvance(f"i{n}-{turn}-{f.partition}", "", None, LONG_AGO, 0, fence=f)
+                for f in fences
+            ]
+            if steps:
+                assert all(await handles[n].plan_advance_many(steps))
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(instance(n) for n in range(8))), timeout=60)
+        leases = await store.partition_list()
+    finally:
+        for handle in handles[1:]:
+            await handle.close()
+    assert all(x.partition in wanted[int(x.holder[1:])] for x in leases)
+    held = {x.partition: x for x in leases}
+    assert sorted(held) == [x.partition for x in leases]  # one lease per partition
+    late = await store.partition_sync("late", range(32), TTL)  # takes the free ones only
+    assert [x.partition for x in late] == list(range(32))
+    assert all(x == held[x.partition] for x in late if x.partition in held)
+    assert all(x.holder == "late" for x in late if x.partition not in held)
 
 
 # -- LISTEN/NOTIFY --------------------------------------------------------------------------

@@ -36,9 +36,17 @@ Design:
   (insert, plan, retry, release, reap) also sends ``pg_notify('soloist_<schema>', ...)``
   in its own transaction; :meth:`PostgresStore.work_wait` waits for it on a dedicated
   connection, so an idle instance wakes as soon as work is committed.
-* **Leader leases and instances** (:mod:`~soloist.stores.postgres.coordination`): one
-  statement per call, on the database clock like the rest; a lease row is never deleted,
-  so epochs never repeat.
+* **The planning index** (:mod:`~soloist.stores.postgres.planning`): each cursor row
+  keeps its stream's next plan time (NULL: out of the index) and slot; a partial index
+  holds only the entries, so ``plan_due`` reads the due streams in order, each with its
+  job looked up by name, and stops: it costs what the due streams cost. A batch of plan
+  steps is one statement over arrays, each step a fenced compare-and-set of its cursor
+  plus its occurrences; ``job_add`` writes the new stream's cursor in its statement.
+* **Leader leases, partition leases and instances**
+  (:mod:`~soloist.stores.postgres.coordination`): one statement per call (a partition
+  sync also reads the leases back, in the same round trip), on the database clock like
+  the rest; a lease row is never deleted, so epochs never repeat. A plan step's fence is
+  checked against its partition's lease row, locked, in the step's statement.
 * **Connections**: psycopg 3 async, a small pool per event loop, opened on first use.
   Driver errors become :class:`~soloist.errors.StoreError` (``StoreUnavailableError`` when
   the server cannot be reached), naming host and database, never the password.

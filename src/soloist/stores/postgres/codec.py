@@ -15,7 +15,10 @@ from typing import Any
 
 from soloist.clock import UTC
 from soloist.models import (
+    SLOTS,
     Attempt,
+    DueBatch,
+    DueStream,
     InstanceInfo,
     JobRecord,
     Kind,
@@ -24,7 +27,11 @@ from soloist.models import (
     Occurrence,
     Outcome,
     Overlap,
+    PartitionLease,
+    PlanAdvance,
+    PlanCursor,
     State,
+    stream_slot,
 )
 from soloist.stores._values import (
     new_ids,
@@ -37,6 +44,8 @@ from soloist.stores._values import (
 __all__ = [
     "attempt",
     "complete_params",
+    "cursor",
+    "due_batch",
     "insert_params",
     "instance",
     "instance_params",
@@ -45,6 +54,9 @@ __all__ = [
     "jobs_params",
     "leader_lease",
     "occurrence",
+    "partition_lease",
+    "slot_mask",
+    "steps_params",
     "utc",
 ]
 
@@ -136,7 +148,11 @@ def items_params(items: Sequence[NewOccurrence]) -> dict[str, Any]:
       either side, where a binary text array costs psycopg a Python call per element);
     * every other column as an array, of one element when all rows share the value (a
       batch of ``enqueue_many``, the rows of one plan): the SQL repeats that element."""
-    rows = sorted(items, key=_dedupe_key)
+    return _items_columns(sorted(items, key=_dedupe_key))
+
+
+def _items_columns(rows: Sequence[NewOccurrence]) -> dict[str, Any]:
+    """The columns of :func:`items_params` for ``rows`` in the order given."""
     return {
         "ids": _encode(new_ids(len(rows))),
         "keys": _encode([item.dedupe_key for item in rows]),
@@ -153,6 +169,43 @@ def items_params(items: Sequence[NewOccurrence]) -> dict[str, Any]:
         "payloads": payloads_json(rows),
         "max_crashes": _shared([int(item.max_crashes) for item in rows]),
     }
+
+
+def steps_params(steps: Sequence[PlanAdvance], positions: Sequence[int]) -> dict[str, Any]:
+    """The parameters of ``Planning.advance`` for the steps at ``positions`` of ``steps``
+    (distinct streams): one array per step field, each step's slot, the fence split in two
+    arrays (NULLs without one), and the items of all of them (:func:`items_params`, in
+    dedupe key order) with ``item_steps``, the position of each item's step."""
+    chosen = [(n, steps[n]) for n in positions]
+    tagged = sorted(
+        ((item, n) for n, step in chosen for item in step.items),
+        key=lambda pair: pair[0].dedupe_key,
+    )
+    fences = [step.fence for _, step in chosen]
+    return {
+        **_items_columns([item for item, _ in tagged]),
+        "item_steps": [n for _, n in tagged],
+        "steps": [n for n, _ in chosen],
+        "step_jobs": [step.job for _, step in chosen],
+        "step_scopes": [step.scope for _, step in chosen],
+        "expected": [step.expected_last for _, step in chosen],
+        "new_last": [step.new_last for _, step in chosen],
+        "added": [step.added_count for _, step in chosen],
+        "next": [step.next_plan_time for _, step in chosen],
+        "slots": [stream_slot(step.job, step.scope) for _, step in chosen],
+        "fence_partitions": [f.partition if f is not None else None for f in fences],
+        "fence_epochs": [f.epoch if f is not None else None for f in fences],
+    }
+
+
+def slot_mask(ranges: Sequence[tuple[int, int]]) -> bytes:
+    """The slots of ``ranges`` (``[lo, hi)``) as a bit mask of :data:`SLOTS` bits, bit ``n``
+    in byte ``n // 8`` at weight ``1 << (n % 8)``: PostgreSQL's ``get_bit(bytea, n)``."""
+    mask = bytearray(SLOTS // 8)
+    for lo, hi in ranges:
+        for slot in range(lo, hi):
+            mask[slot >> 3] |= 1 << (slot & 7)
+    return bytes(mask)
 
 
 def _shared(values: list[Any]) -> list[Any]:
@@ -247,6 +300,29 @@ def leader_lease(row: Sequence[Any]) -> LeaderLease:
     return LeaderLease(
         name=row[0], leader_id=row[1], epoch=row[2], elected_at=utc(row[3]), expires_at=utc(row[4])
     )
+
+
+def partition_lease(row: Sequence[Any]) -> PartitionLease:
+    """A lease from a row in ``coordination.PARTITION_COLUMNS`` order."""
+    return PartitionLease(partition=row[0], holder=row[1], epoch=row[2], expires_at=utc(row[3]))
+
+
+def cursor(row: Sequence[Any]) -> PlanCursor:
+    """A cursor from a row in ``planning.CURSOR_COLUMNS`` order (extra columns after those
+    are ignored)."""
+    return PlanCursor(row[0], row[1], _opt(row[2]), int(row[3]), _opt(row[4]))
+
+
+def due_batch(rows: Sequence[Sequence[Any]]) -> DueBatch:
+    """The answer of ``Planning.due``: rows of next_at, a cursor and its job's record (or
+    NULLs), one row of NULLs but next_at when nothing is due."""
+    next_at = _opt(rows[0][0]) if rows else None
+    streams = [
+        DueStream(cursor(row[1:6]), job(row[6:]) if row[6] is not None else None)
+        for row in rows
+        if row[1] is not None
+    ]
+    return DueBatch(streams, next_at)
 
 
 def instance_params(info: InstanceInfo) -> dict[str, Any]:

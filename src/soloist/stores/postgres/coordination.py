@@ -1,4 +1,5 @@
-"""The SQL of leader leases and instance heartbeats: one statement per store call.
+"""The SQL of leader leases, planning partition leases and instance heartbeats: one
+statement per store call.
 
 Election, as in :mod:`soloist.stores.base`: one row per election name, never deleted, so a
 lapsed or resigned lease keeps its epoch and the next holder's is higher. Taking the lease
@@ -7,6 +8,15 @@ holds it): PostgreSQL locks the conflicting row and evaluates the ``WHERE`` agai
 latest committed version, so of candidates electing at the same instant the first takes
 the lease and the others, having waited for its commit, find it held and get no row back.
 Renew and resign are ``UPDATE``s fenced by holder, epoch and expiry.
+
+Partition leases (``partition_leases``, apart from the leader leases) follow the same
+rules, many partitions in one statement: :data:`_PARTITION_SYNC` is one ``INSERT ...
+SELECT ... ON CONFLICT DO UPDATE ... WHERE`` over the partitions wanted (take or extend)
+and those the caller holds but no longer wants (release: ``expires_at = now``, epoch
+kept), in partition order, so two instances syncing at once lock their rows in one order
+and each row ends with one holder. The store reads the leases back
+(:data:`_PARTITION_LIST`) in the same transaction and round trip (a pipeline): a
+statement does not see its own writes.
 
 Every statement fixes its instant in the ``clock`` CTE (:data:`queries.NOW_CTE`): the
 caller's ``now``, else the database's clock.
@@ -20,7 +30,7 @@ from __future__ import annotations
 
 from soloist.stores.postgres.queries import NOW_CTE, render
 
-__all__ = ["INSTANCE_COLUMNS", "LEASE_COLUMNS", "Coordination"]
+__all__ = ["INSTANCE_COLUMNS", "LEASE_COLUMNS", "PARTITION_COLUMNS", "Coordination"]
 
 #: Column order of lease rows (see ``codec.leader_lease``).
 LEASE_COLUMNS = "l.name, l.leader_id, l.epoch, l.elected_at, l.expires_at"
@@ -66,6 +76,40 @@ SELECT {LEASE_COLUMNS} FROM {{schema}}.leader_leases l, clock
 WHERE l.name = %(name)s AND l.expires_at > clock.now
 """
 
+#: Column order of partition lease rows (see ``codec.partition_lease``).
+PARTITION_COLUMNS = "p.partition, p.holder, p.epoch, p.expires_at"
+# The caller holds the row's lease, unexpired (``excluded`` is the caller's row).
+_MINE = "p.holder = excluded.holder AND p.expires_at > (SELECT now FROM clock)"
+# A partition taken: free (no row, or expired) and wanted (its new expiry is later than
+# now; a release's is now).
+_FREE = "p.expires_at <= (SELECT now FROM clock) AND excluded.expires_at > (SELECT now FROM clock)"
+_PARTITION_SYNC = f"""
+WITH {NOW_CTE},
+asked AS (
+    SELECT w AS partition, true AS keep FROM unnest(%(want)s::integer[]) AS w
+    UNION ALL
+    SELECT m.partition, false FROM {{schema}}.partition_leases m, clock
+    WHERE m.holder = %(instance)s AND m.expires_at > clock.now
+      AND m.partition <> ALL(%(want)s::integer[])
+)
+INSERT INTO {{schema}}.partition_leases AS p (partition, holder, epoch, expires_at)
+SELECT a.partition, %(instance)s, 1,
+       CASE WHEN a.keep THEN clock.now + %(ttl)s::interval ELSE clock.now END
+FROM asked a, clock
+ORDER BY a.partition
+ON CONFLICT (partition) DO UPDATE SET
+    epoch = CASE WHEN {_MINE} THEN p.epoch ELSE p.epoch + 1 END,
+    holder = excluded.holder,
+    expires_at = excluded.expires_at
+WHERE {_MINE} OR {_FREE}
+"""
+_PARTITION_LIST = f"""
+WITH {NOW_CTE}
+SELECT {PARTITION_COLUMNS} FROM {{schema}}.partition_leases p, clock
+WHERE p.expires_at > clock.now
+ORDER BY p.partition
+"""
+
 # started_at is the first heartbeat's; every other field is the latest one's.
 _HEARTBEAT = f"""
 WITH {NOW_CTE}
@@ -97,6 +141,8 @@ TEMPLATES: dict[str, str] = {
     "leader_renew": _RENEW,
     "leader_resign": _RESIGN,
     "leader_get": _GET,
+    "partition_sync": _PARTITION_SYNC,
+    "partition_list": _PARTITION_LIST,
     "instance_heartbeat": _HEARTBEAT,
     "instance_list": _LIST,
     "instance_remove": "DELETE FROM {schema}.instances WHERE instance_id = %(instance)s",
@@ -112,6 +158,8 @@ class Coordination:
         self.leader_renew = rendered["leader_renew"]
         self.leader_resign = rendered["leader_resign"]
         self.leader_get = rendered["leader_get"]
+        self.partition_sync = rendered["partition_sync"]
+        self.partition_list = rendered["partition_list"]
         self.instance_heartbeat = rendered["instance_heartbeat"]
         self.instance_list = rendered["instance_list"]
         self.instance_remove = rendered["instance_remove"]

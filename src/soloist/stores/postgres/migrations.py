@@ -2,7 +2,9 @@
 
 ``MIGRATIONS[i]`` brings an app's schema from version ``i`` to ``i + 1``. Released entries
 are never edited: a schema change is a new entry at the end. Statements are templates in
-which ``{schema}`` stands for the app's quoted schema name.
+which ``{schema}`` stands for the app's quoted schema name. A version that must compute
+values SQL cannot (a stream's slot) also has a step in Python (:data:`PYTHON_STEPS`), run
+after its statements in the same transaction.
 
 :func:`migrate` reads the version first and, when it is current (the common case on every
 start), returns without taking any lock. Otherwise it applies the missing migrations in one
@@ -17,14 +19,19 @@ values read back exactly as stored (``jsonb`` would turn ``1e20`` into an intege
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import errors, sql
 
 from soloist.errors import StoreError
+from soloist.models import stream_slot
 
-__all__ = ["MIGRATIONS", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "PYTHON_STEPS", "migrate", "schema_version"]
+
+Conn = psycopg.AsyncConnection[Any]
 
 _CLAIMABLE = "state IN ('scheduled', 'failed')"
 
@@ -173,7 +180,74 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         f"(job, scope, task, due_at, plan_time, seq) WHERE {_CLAIMABLE} AND kind <> 'task'",
         "DROP INDEX {schema}.occurrences_job_siblings",
     ),
+    (
+        # 6: the planning index and the planning partitions. A cursor's next_plan_time is
+        # its entry in the index (NULL: out of it), found through a partial index that holds
+        # only the entries; its slot (models.stream_slot, computed in Python) lets plan_due
+        # keep to the slots of the partitions an instance holds. The slot stays nullable:
+        # an instance of an older version may still write cursors during a rolling upgrade
+        # (they stay out of the index until a newer planner revives them, slot included).
+        # Cursors written before enter the index by _index_old_cursors (PYTHON_STEPS).
+        "ALTER TABLE {schema}.plan_cursors ADD COLUMN next_plan_time timestamptz",
+        "ALTER TABLE {schema}.plan_cursors ADD COLUMN slot integer",
+        "CREATE INDEX plan_cursors_due ON {schema}.plan_cursors (next_plan_time) "
+        "WHERE next_plan_time IS NOT NULL",
+        # One lease row per partition, apart from the leader leases, never deleted: a
+        # lapsed or released lease keeps its epoch, so epochs never repeat.
+        """
+        CREATE TABLE {schema}.partition_leases (
+            partition  integer PRIMARY KEY,
+            holder     text NOT NULL,
+            epoch      bigint NOT NULL,
+            expires_at timestamptz NOT NULL
+        )
+        """,
+    ),
 )
+
+#: Cursors filled per statement by :func:`_index_old_cursors`.
+CURSOR_BATCH = 5000
+# The cursors in key order, from the start or after a key (a keyset walk of the primary key).
+_OLD_CURSORS = (
+    "SELECT job, scope FROM {schema}.plan_cursors {after} ORDER BY job, scope LIMIT %(limit)s"
+)
+_AFTER = "WHERE (job, scope) > (%(job)s, %(scope)s)"
+# A cursor planned before re-plans from its last plan time (the planner walks its schedule
+# on from there, as the old planner did); one never planned is due at the store's now.
+_INDEX_CURSORS = """
+UPDATE {schema}.plan_cursors c
+SET slot = s.slot,
+    next_plan_time = COALESCE(c.last_plan_time, %(now)s::timestamptz, statement_timestamp())
+FROM unnest(%(jobs)s::text[], %(scopes)s::text[], %(slots)s::integer[]) AS s(job, scope, slot)
+WHERE c.job = s.job AND c.scope = s.scope
+"""
+
+
+async def _index_old_cursors(conn: Conn, schema: str, now: datetime | None) -> None:
+    """Migration 6, after its SQL: enter every existing cursor in the planning index, in
+    batches of :data:`CURSOR_BATCH` in key order, each with its slot computed here
+    (:func:`~soloist.models.stream_slot` is CRC-32, which SQL does not offer)."""
+    first = _sql(_OLD_CURSORS.replace("{after}", ""), schema)
+    after = _sql(_OLD_CURSORS.replace("{after}", _AFTER), schema)
+    update = _sql(_INDEX_CURSORS, schema)
+    select, params = first, {"limit": CURSOR_BATCH}
+    while True:
+        rows = await (await conn.execute(select, params)).fetchall()
+        if not rows:
+            return
+        jobs, scopes = [row[0] for row in rows], [row[1] for row in rows]
+        slots = [stream_slot(j, s) for j, s in zip(jobs, scopes, strict=True)]
+        values = {"jobs": jobs, "scopes": scopes, "slots": slots, "now": now}
+        await conn.execute(update, values)
+        select, params = after, {"limit": CURSOR_BATCH, "job": jobs[-1], "scope": scopes[-1]}
+
+
+#: Steps in Python run after the SQL of their version, in the same transaction: version
+#: number to ``step(conn, schema, now)``, ``now`` being the store's clock (None: the
+#: database's).
+PYTHON_STEPS: dict[int, Callable[[Conn, str, datetime | None], Awaitable[None]]] = {
+    6: _index_old_cursors,
+}
 
 _VERSION = "SELECT COALESCE(max(version), 0) FROM {schema}.schema_version"
 _VERSION_TABLE = """
@@ -192,7 +266,7 @@ def _sql(template: str, schema: str) -> sql.Composed:
     return sql.SQL(template).format(schema=sql.Identifier(schema))
 
 
-async def schema_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int:
+async def schema_version(conn: Conn, schema: str) -> int:
     """The newest migration applied to ``schema`` (0 when it has none, or does not exist).
     ``conn`` must be in autocommit mode (a failed read must not abort a transaction)."""
     try:
@@ -202,9 +276,10 @@ async def schema_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int
     return int(row[0]) if row is not None else 0
 
 
-async def migrate(conn: psycopg.AsyncConnection[Any], schema: str) -> list[int]:
+async def migrate(conn: Conn, schema: str, now: datetime | None = None) -> list[int]:
     """Bring ``schema`` to the newest version; return the versions applied (often none).
-    ``conn`` must be in autocommit mode."""
+    ``conn`` must be in autocommit mode. ``now``: the store's clock for the steps that
+    need one (None: the database's)."""
     if await schema_version(conn, schema) == len(MIGRATIONS):
         return []  # the common case: one read, no lock
     async with conn.transaction():
@@ -223,5 +298,8 @@ async def migrate(conn: psycopg.AsyncConnection[Any], schema: str) -> list[int]:
         for version in applied:
             for statement in MIGRATIONS[version - 1]:
                 await conn.execute(_sql(statement, schema))
+            step = PYTHON_STEPS.get(version)
+            if step is not None:
+                await step(conn, schema, now)
             await conn.execute(_sql(_RECORD, schema), (version,))
     return applied

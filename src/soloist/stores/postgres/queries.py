@@ -32,7 +32,16 @@ from datetime import timedelta
 
 from psycopg import sql
 
-__all__ = ["ATTEMPT_COLUMNS", "NOW_CTE", "OCCURRENCE_COLUMNS", "WAKE_HORIZON", "Queries", "render"]
+__all__ = [
+    "ATTEMPT_COLUMNS",
+    "NOW_CTE",
+    "OCCURRENCE_COLUMNS",
+    "STEP_ITEMS",
+    "WAKE_HORIZON",
+    "WAKE_INSERTED",
+    "Queries",
+    "render",
+]
 
 #: Rows due no later than this after they are written wake listening instances.
 WAKE_HORIZON = timedelta(seconds=60)
@@ -288,39 +297,18 @@ SELECT (SELECT count(*) FROM inserted),
        (SELECT count(*) FROM ({_WAKE} FROM inserted WHERE due_at {_SOON} LIMIT 1) AS wake)
 """
 
-# The compare-and-set of a cursor, then the items, in one statement: the items are only
-# inserted if the cursor moved. Racing planners block on the cursor row (or its unique
-# key) and find it moved: exactly one applies.
-_ITEMS = f"""
-inserted AS (
-    {_INSERT_ITEMS}
-    WHERE EXISTS (SELECT FROM moved)
-    ON CONFLICT (dedupe_key) DO NOTHING
-    RETURNING due_at
+# The same insert for the items of many plan steps (:mod:`.planning`): one more column,
+# ``step``, the position of the step each item belongs to, so that a statement inserts
+# only the items of the steps that applied.
+STEP_ITEMS = _INSERT_ITEMS.replace(
+    "unnest(%(max_crashes)b::integer[]))",
+    "unnest(%(max_crashes)b::integer[]), unnest(%(item_steps)b::integer[]))",
+).replace("overlap, payload, max_crashes), clock", "overlap, payload, max_crashes, step), clock")
+assert STEP_ITEMS.count("item_steps") == 1 and STEP_ITEMS.count("max_crashes, step)") == 1
+#: Wakes listeners if a row of the CTE ``inserted`` (with a ``due_at`` column) is due soon.
+WAKE_INSERTED = (
+    f"(SELECT count(*) FROM ({_WAKE} FROM inserted WHERE due_at {_SOON} LIMIT 1) AS wake)"
 )
-SELECT EXISTS (SELECT FROM moved),
-       (SELECT count(*) FROM ({_WAKE} FROM inserted WHERE due_at {_SOON} LIMIT 1) AS wake)
-"""
-_PLAN_FIRST = f"""
-WITH {_NOW},
-moved AS (
-    INSERT INTO {{schema}}.plan_cursors (job, scope, last_plan_time, planned_count)
-    VALUES (%(job)s, %(scope)s, %(new_last)s, %(added)s)
-    ON CONFLICT (job, scope) DO NOTHING
-    RETURNING 1
-),
-{_ITEMS}
-"""
-_PLAN_NEXT = f"""
-WITH {_NOW},
-moved AS (
-    UPDATE {{schema}}.plan_cursors
-    SET last_plan_time = %(new_last)s, planned_count = planned_count + %(added)s
-    WHERE job = %(job)s AND scope = %(scope)s AND last_plan_time = %(expected)s
-    RETURNING 1
-),
-{_ITEMS}
-"""
 
 # Counts for metrics: one snapshot. The due count walks the claim index (its predicate is
 # the claimable states, its first column due_at); the pairs need a scan of the table, which
@@ -346,6 +334,26 @@ _JOB_SELECT = (
     "j.metadata::json, COALESCE(j.created_at, clock.now)"
 )
 
+# A dynamic schedule and its stream's cursor, never planned and due in the planning index
+# when the job was created, in one statement. A cursor left there (a stream planned under
+# that name before) starts over, as the new schedule's.
+_JOB_ADD = f"""
+WITH {_NOW},
+added AS (
+    INSERT INTO {{schema}}.jobs ({_JOB_COLUMNS}) {_JOB_SELECT} {_JOB_VALUES}
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name, created_at
+),
+indexed AS (
+    INSERT INTO {{schema}}.plan_cursors
+        (job, scope, last_plan_time, planned_count, next_plan_time, slot)
+    SELECT name, '', NULL, 0, created_at, %(slot)s FROM added
+    ON CONFLICT (job, scope) DO UPDATE SET last_plan_time = NULL, planned_count = 0,
+        next_plan_time = excluded.next_plan_time, slot = excluded.slot
+)
+SELECT name FROM added
+"""
+
 TEMPLATES: dict[str, str] = {
     "claim": _CLAIM,
     "renew": _RENEW,
@@ -355,15 +363,11 @@ TEMPLATES: dict[str, str] = {
     "insert": _INSERT,
     "insert_now": _INSERT_NOW,
     "insert_many": _INSERT_MANY,
-    "plan_first": _PLAN_FIRST,
-    "plan_next": _PLAN_NEXT,
     "counts": _COUNTS,
     "get": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE id = %(id)s",
     "attempts": f"SELECT {_ATTEMPT_COLUMNS} FROM {{schema}}.attempts "
     "WHERE occurrence_id = %(id)s ORDER BY fencing_token",
     "get_by_key": f"SELECT {_COLS} FROM {{schema}}.occurrences WHERE dedupe_key = %(key)s",
-    "cursor_get": "SELECT last_plan_time, planned_count FROM {schema}.plan_cursors "
-    "WHERE job = %(job)s AND scope = %(scope)s",
     # Not min(due_at): with stale statistics the planner aggregates every claimable row
     # instead of stopping at the first one of the claim index that matches.
     "next_due": "SELECT due_at FROM {schema}.occurrences "
@@ -379,8 +383,7 @@ TEMPLATES: dict[str, str] = {
     "job_upsert": f"WITH {_NOW} INSERT INTO {{schema}}.jobs ({_JOB_COLUMNS}) "
     f"{_JOB_SELECT} {_JOB_VALUES} ON CONFLICT (name) DO UPDATE SET task = excluded.task, "
     "schedule = excluded.schedule, payload = excluded.payload, metadata = excluded.metadata",
-    "job_add": f"WITH {_NOW} INSERT INTO {{schema}}.jobs ({_JOB_COLUMNS}) "
-    f"{_JOB_SELECT} {_JOB_VALUES} ON CONFLICT (name) DO NOTHING RETURNING name",
+    "job_add": _JOB_ADD,
     "job_get": f"SELECT {_JOB_COLUMNS} FROM {{schema}}.jobs WHERE name = %(name)s",
     "job_list": f"SELECT {_JOB_COLUMNS} FROM {{schema}}.jobs ORDER BY name",
     "job_delete": "WITH cursors AS (DELETE FROM {schema}.plan_cursors WHERE job = %(name)s) "
@@ -412,13 +415,10 @@ class Queries:
         self.insert = rendered["insert"]
         self.insert_now = rendered["insert_now"]
         self.insert_many = rendered["insert_many"]
-        self.plan_first = rendered["plan_first"]
-        self.plan_next = rendered["plan_next"]
         self.counts = rendered["counts"]
         self.get = rendered["get"]
         self.get_by_key = rendered["get_by_key"]
         self.attempts = rendered["attempts"]
-        self.cursor_get = rendered["cursor_get"]
         self.next_due = rendered["next_due"]
         self.list = {
             (False, False): rendered["list"],

@@ -11,6 +11,7 @@ from soloist.errors import DuplicateJobError, StoreError
 from soloist.models import (
     Attempt,
     Claimed,
+    DueBatch,
     InstanceInfo,
     JobRecord,
     LeaderLease,
@@ -18,9 +19,11 @@ from soloist.models import (
     Occurrence,
     OccurrenceCounts,
     Outcome,
+    PartitionLease,
     PlanAdvance,
     PlanCursor,
     State,
+    stream_slot,
 )
 from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
@@ -33,6 +36,7 @@ from soloist.stores.postgres.connections import (
     Connections,
 )
 from soloist.stores.postgres.coordination import Coordination
+from soloist.stores.postgres.planning import Planning, step_rounds
 from soloist.stores.postgres.queries import Queries
 from soloist.stores.postgres.url import parse_url
 
@@ -75,6 +79,7 @@ class PostgresStore:
         self._clock = clock
         self._sql = Queries(self.schema)
         self._coord = Coordination(self.schema)
+        self._plan = Planning(self.schema)
         self._conns = Connections(self.target, deadlines=Deadlines.from_ttl(lease_ttl))
 
     def __repr__(self) -> str:
@@ -103,6 +108,18 @@ class PostgresStore:
         with self._conns.translated():
             return await self._conns.using(fetch)
 
+    async def _pipelined(self, statements: Sequence[tuple[str, dict[str, Any]]]) -> list[list[Row]]:
+        """The rows of each statement, sent in one pipeline: one round trip, and one
+        transaction (the implicit one of the pipeline's single sync point)."""
+
+        async def fetch(conn: Conn) -> list[list[Row]]:
+            async with conn.pipeline():
+                cursors = [await conn.execute(query, params) for query, params in statements]
+            return [await c.fetchall() if c.description is not None else [] for c in cursors]
+
+        with self._conns.translated():
+            return await self._conns.using(fetch)
+
     async def _row(self, query: str, params: dict[str, Any]) -> Row | None:
         rows = await self._rows(query, params)
         return rows[0] if rows else None
@@ -120,7 +137,7 @@ class PostgresStore:
         with self._conns.translated():
             conn = await self._conns.connect()
             try:
-                await migrations.migrate(conn, self.schema)
+                await migrations.migrate(conn, self.schema, self._at(None))
             finally:
                 await conn.close()
 
@@ -223,29 +240,58 @@ class PostgresStore:
         return int(row[0]) if row is not None else 0
 
     async def plan_cursor_get(self, job: str, scope: str) -> PlanCursor | None:
-        row = await self._row(self._sql.cursor_get, {"job": job, "scope": scope})
-        if row is None:
-            return None
-        last = codec.utc(row[0]) if row[0] is not None else None
-        return PlanCursor(job, scope, last, int(row[1]))
+        row = await self._row(self._plan.cursor_get, {"job": job, "scope": scope})
+        return codec.cursor(row) if row is not None else None
 
     async def plan_advance(self, advance: PlanAdvance) -> bool:
-        params: dict[str, Any] = {
-            **codec.items_params(advance.items),
-            "job": advance.job,
-            "scope": advance.scope,
-            "new_last": advance.new_last,
-            "added": advance.added_count,
+        return (await self.plan_advance_many([advance]))[0]
+
+    async def plan_advance_many(self, steps: Sequence[PlanAdvance]) -> list[bool]:
+        """One statement applies all the steps (see :mod:`.planning`); a batch naming a
+        stream more than once takes one statement per round of distinct streams, all in
+        one pipeline: one round trip, one transaction."""
+        shared = {"now": self._at(None), "channel": self.target.channel}
+        statements = [
+            (self._plan.advance, {**codec.steps_params(steps, positions), **shared})
+            for positions in step_rounds(steps)
+        ]
+        applied = [False] * len(steps)
+        for rows in await self._pipelined(statements):
+            for position in rows[0][0]:
+                applied[position] = True
+        return applied
+
+    async def plan_due(
+        self,
+        before: datetime,
+        limit: int,
+        slots: Sequence[tuple[int, int]] | None = None,
+    ) -> DueBatch:
+        params: dict[str, Any] = {"before": before, "limit": limit}
+        query = self._plan.due
+        if slots is not None:
+            params["slots"] = codec.slot_mask(slots)
+            query = self._plan.due_in_slots
+        return codec.due_batch(await self._rows(query, params))
+
+    async def plan_cursor_ensure(
+        self,
+        streams: Sequence[tuple[str, str]],
+        at: datetime | None = None,
+        *,
+        revive: bool = False,
+    ) -> int:
+        pairs = sorted(set(streams))  # the order plan statements lock cursors in
+        params = {
+            "jobs": [job for job, _ in pairs],
+            "scopes": [scope for _, scope in pairs],
+            "slots": [stream_slot(job, scope) for job, scope in pairs],
+            "at": at,
+            "revive": revive,
             "now": self._at(None),
-            "channel": self.target.channel,
         }
-        if advance.expected_last is None:
-            query = self._sql.plan_first
-        else:
-            query = self._sql.plan_next
-            params["expected"] = advance.expected_last
-        row = await self._row(query, params)
-        return bool(row is not None and row[0])
+        row = await self._row(self._plan.ensure, params)
+        return int(row[0]) if row is not None else 0
 
     async def occurrence_claim(
         self,
@@ -342,7 +388,11 @@ class PostgresStore:
         await self._rows(self._sql.job_upsert, params)
 
     async def job_add(self, record: JobRecord) -> None:
-        params: dict[str, Any] = {**codec.jobs_params([record]), "now": self._at(None)}
+        params: dict[str, Any] = {
+            **codec.jobs_params([record]),
+            "slot": stream_slot(record.name, ""),
+            "now": self._at(None),
+        }
         if await self._row(self._sql.job_add, params) is None:
             raise DuplicateJobError(f"a job named {record.name!r} already exists")
         await self._schedules_changed()
@@ -400,6 +450,27 @@ class PostgresStore:
     async def leader_get(self, name: str, now: datetime | None = None) -> LeaderLease | None:
         row = await self._row(self._coord.leader_get, {"name": name, "now": self._at(now)})
         return codec.leader_lease(row) if row is not None else None
+
+    # -- planning partitions ----------------------------------------------------------------
+    async def partition_sync(
+        self,
+        instance_id: str,
+        want: Collection[int],
+        ttl: timedelta,
+        now: datetime | None = None,
+    ) -> list[PartitionLease]:
+        """The sync statement, then the leases read back, pipelined: one round trip and one
+        transaction (a statement does not see its own writes)."""
+        at = self._at(now)
+        params = {"instance": instance_id, "want": list(want), "ttl": ttl, "now": at}
+        _, rows = await self._pipelined(
+            [(self._coord.partition_sync, params), (self._coord.partition_list, {"now": at})]
+        )
+        return [codec.partition_lease(row) for row in rows]
+
+    async def partition_list(self, now: datetime | None = None) -> list[PartitionLease]:
+        rows = await self._rows(self._coord.partition_list, {"now": self._at(now)})
+        return [codec.partition_lease(row) for row in rows]
 
     # -- instances --------------------------------------------------------------------------
     async def instance_heartbeat(
