@@ -20,8 +20,21 @@ MODES = ("distributed", "leader", "local")
 #: Defaults, documented in the README: a dead instance's work is picked up after at most
 #: about LEASE_TTL + HEARTBEAT.
 DEFAULT_LEASE_TTL = timedelta(seconds=10)
+#: The misfire grace at least (see default_misfire_grace).
+DEFAULT_MISFIRE_GRACE = timedelta(seconds=10)
+#: A dead planner's partitions or leadership pass on at most this long after its lease
+#: expires: a poll (0.5 s), round trips and a tick.
+FAILOVER_SLACK = timedelta(seconds=2)
 #: The name of the election all instances of an app take part in.
 DEFAULT_ELECTION = "soloist"
+
+
+def default_misfire_grace(lease_ttl: timedelta) -> timedelta:
+    """The default misfire grace: 10 s, and never less than the lateness a failover can
+    cause (``lease_ttl`` + 2 s: a dead planner's partitions or leadership pass on after
+    its lease expires and a poll), so that a failover alone never makes the catch-up
+    policy drop an instant (12 s with the default 10 s TTL)."""
+    return max(DEFAULT_MISFIRE_GRACE, lease_ttl + FAILOVER_SLACK)
 
 
 def lease_margin(ttl: float) -> float:
@@ -71,7 +84,7 @@ class Config:
         concurrency: int = 10,
         poll_interval: object = "1s",
         grace_period: object = "30s",
-        misfire_grace: object = "10s",
+        misfire_grace: object = None,
         lookahead: object = "1s",
         election: str = DEFAULT_ELECTION,
         http: object = None,
@@ -121,7 +134,11 @@ class Config:
             concurrency=concurrency,
             poll_interval=parse_duration(poll_interval, what="poll_interval"),
             grace_period=parse_duration(grace_period, what="grace_period", allow_zero=True),
-            misfire_grace=parse_duration(misfire_grace, what="misfire_grace", allow_zero=True),
+            misfire_grace=(
+                parse_duration(misfire_grace, what="misfire_grace", allow_zero=True)
+                if misfire_grace is not None
+                else default_misfire_grace(ttl)
+            ),
             lookahead=parse_duration(lookahead, what="lookahead", allow_zero=True),
             election=election,
             http=parse_http_address(address) if address is not None else None,

@@ -72,7 +72,7 @@ class Scheduler:
         concurrency: int = 10,
         poll_interval: object = "1s",
         grace_period: object = "30s",
-        misfire_grace: object = "10s",
+        misfire_grace: object = None,
         clock: Clock | None = None,
         http: object = None,
         token: str | None = None,

@@ -342,8 +342,10 @@ async def test_latest_after_a_long_outage_runs_the_newest_missed_instant(
     now = clock.now()
     await plan_tick(runtime)
     plans = sorted(o.plan_time for o in await store.occurrence_list(job="tick", limit=100))
-    missed = [p for p in plans if T0 + timedelta(seconds=1) < p < now - timedelta(seconds=10)]
-    assert len(missed) == 1 and missed[0] >= now - timedelta(seconds=11)
+    grace = app.config.misfire_grace  # the default: lease TTL (9 s here) + 2 s
+    assert grace == timedelta(seconds=11)
+    missed = [p for p in plans if T0 + timedelta(seconds=1) < p < now - grace]
+    assert len(missed) == 1 and missed[0] >= now - grace - timedelta(seconds=1)
 
 
 async def test_catch_up_all_keeps_only_the_window(clock: FakeClock) -> None:
@@ -635,19 +637,19 @@ async def test_instants_within_misfire_grace_are_not_cut_by_a_shorter_window(
 ) -> None:
     """catch_up_window only bounds *missed* instants (older than misfire_grace). The new
     walk start max(cursor, now - window) also drops instants still inside the grace
-    period when catch_up_window < misfire_grace (default grace 10 s)."""
+    period when catch_up_window < misfire_grace (the default grace: at least 10 s)."""
     from datetime import timedelta
 
     from soloist import every
     from soloist.stores.memory import MemoryStore
 
     store = MemoryStore("memory://", clock=clock)
-    app = make_app(clock, store)  # misfire_grace 10 s (default)
+    app = make_app(clock, store)  # misfire_grace 11 s (default: lease TTL 9 s + 2 s)
     app.job(every("1s"), name="tick", catch_up="all", catch_up_window="3s")(lambda ctx: None)
     runtime = await started(app)
     await plan_tick(runtime)
     t0 = clock.now()
-    clock.advance(8)  # down 8 s: every instant is late but within the 10 s grace
+    clock.advance(8)  # down 8 s: every instant is late but within the grace
     await plan_tick(runtime)
     plans = sorted(o.plan_time for o in await store.occurrence_list(job="tick", limit=100))
     late = [p for p in plans if p <= clock.now()]

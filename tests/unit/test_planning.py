@@ -399,3 +399,12 @@ async def test_refused_plan_writes_make_the_partitions_resync(
     assert runtime.partitions.held_slots() == []  # type: ignore[union-attr]
     await plan_tick(runtime)
     assert runtime.partitions.held_slots() != []  # type: ignore[union-attr]
+
+
+def test_the_default_misfire_grace_covers_a_failover() -> None:
+    """By default an instant made late by a failover (lease TTL and a poll) is not missed:
+    the grace is max(10 s, lease TTL + 2 s); one given explicitly is kept as given."""
+    assert Scheduler("memory://").config.misfire_grace == timedelta(seconds=12)
+    assert Scheduler("memory://", lease_ttl="30s").config.misfire_grace == timedelta(seconds=32)
+    assert Scheduler("memory://", lease_ttl="3s").config.misfire_grace == timedelta(seconds=10)
+    assert Scheduler("memory://", misfire_grace="1s").config.misfire_grace == timedelta(seconds=1)
