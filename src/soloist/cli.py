@@ -471,6 +471,11 @@ def demo(seconds: int, instances: int) -> None:
     raise SystemExit(0 if ok else 1)
 
 
+#: The figures of ``soloist bench --only`` (soloist_bench.config.FIGURES; the bench is
+#: not importable here unless installed).
+BENCH_FIGURES = ("drain", "enqueue", "lateness", "failover", "planning")
+
+
 @main.command()
 @click.option(
     "--store",
@@ -502,6 +507,82 @@ def demo(seconds: int, instances: int) -> None:
 @click.option(
     "--samples", default=50, show_default=True, type=click.IntRange(1), help="Lateness samples."
 )
+@click.option(
+    "--only",
+    multiple=True,
+    type=click.Choice(BENCH_FIGURES),
+    help="Measure only this figure (repeatable). Default: all but planning.",
+)
+@click.option(
+    "--tick-streams",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Planning: streams in the index for the tick cost.",
+)
+@click.option(
+    "--tick-due",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Planning: how many of them are due.",
+)
+@click.option(
+    "--ticks",
+    default=7,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Planning: ticks measured (median).",
+)
+@click.option(
+    "--planning-single-schedules",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Planning: schedules one instance runs (0: skip).",
+)
+@click.option(
+    "--planning-single-interval",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="Planning: their period, in seconds.",
+)
+@click.option(
+    "--planning-schedules",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Planning: schedules several instances run (0: skip).",
+)
+@click.option(
+    "--planning-interval",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="Planning: their period, in seconds.",
+)
+@click.option(
+    "--planning-instances",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Planning: instances before one more joins.",
+)
+@click.option(
+    "--planning-warmup",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Planning: seconds of warm-up.",
+)
+@click.option(
+    "--planning-window",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Planning: seconds of each measured window.",
+)
 def bench(
     stores: tuple[str, ...],
     json_path: str | None,
@@ -509,6 +590,8 @@ def bench(
     runs: int,
     concurrency: int,
     samples: int,
+    only: tuple[str, ...],
+    **planning: Any,
 ) -> None:
     """Measure executions/s, enqueue rate, lateness and failover (docs/benchmarks.md).
     Runs from a clone of the repository, where ``make install`` installs the benchmark."""
@@ -534,5 +617,16 @@ def bench(
         samples=samples,
         json_path=json_path,
         echo=click.echo,
+        only=tuple(dict.fromkeys(only)),
+        tick_streams=planning["tick_streams"],
+        tick_due=planning["tick_due"],
+        ticks=planning["ticks"],
+        single_schedules=planning["planning_single_schedules"],
+        single_interval=planning["planning_single_interval"],
+        cluster_schedules=planning["planning_schedules"],
+        cluster_interval=planning["planning_interval"],
+        cluster_instances=planning["planning_instances"],
+        warmup=planning["planning_warmup"],
+        window=planning["planning_window"],
     )
     _guard(lambda: bench_main(config))

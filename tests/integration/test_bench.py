@@ -143,7 +143,7 @@ def test_bench_planning_figure_on_sqlite(tmp_path: Path) -> None:
         str(out),
     ]
     done = subprocess.run(
-        [sys.executable, "-m", "soloist_bench", "bench", *args],
+        [str(Path(sys.executable).with_name("soloist")), "bench", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -171,3 +171,11 @@ def test_bench_planning_figure_on_sqlite(tmp_path: Path) -> None:
     assert work["partitions_held"] == 64
     assert work["planner_streams_per_s"] > 0 and work["cpu_percent"] > 0
     assert "planning, 1 instance" in done.stdout
+
+
+def test_soloist_bench_offers_every_figure_of_the_benchmark() -> None:
+    """``soloist bench --only`` lists the figures the benchmark package measures."""
+    from soloist.cli import BENCH_FIGURES
+    from soloist_bench.config import FIGURES
+
+    assert BENCH_FIGURES == FIGURES
