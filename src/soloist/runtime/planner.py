@@ -53,6 +53,8 @@ wait for one another instead of skipping each other; ``overlap="skip"`` is refus
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -169,6 +171,7 @@ class Planner(Service):
         self._scope_sets: dict[str, set[str]] = {}
         self._discovered_at: float | None = None
         self._dynamic_seen = False
+        self._entering: asyncio.Task[None] | None = None
         self._parsed: dict[str, tuple[JobRecord, JobDef]] = {}
 
     def report(self) -> dict[str, object]:
@@ -179,6 +182,14 @@ class Planner(Service):
             "round_trips": self.round_trips,
             "cpu_seconds": round(self.cpu_seconds, 3),
         }
+
+    async def stop(self) -> None:
+        await super().stop()
+        entering, self._entering = self._entering, None
+        if entering is not None and not entering.done():
+            entering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await entering
 
     def rediscover(self) -> None:
         """Enter every stream into the index again at the next tick (the store lost its
@@ -276,12 +287,29 @@ class Planner(Service):
             current.update((job.name, scope) for scope in scopes)
         await self._ensure(sorted(current - self._known), now, revive=True)
         self._known = current
-        if not self._dynamic_seen:
+        if not self._dynamic_seen and (self._entering is None or self._entering.done()):
+            # Reading every dynamic schedule can take seconds at 100k: beside the planning,
+            # not before it, so that the partitions this instance just took are planned.
+            self._entering = asyncio.create_task(self._enter_dynamic(), name="soloist-entering")
+
+    async def _enter_dynamic(self) -> None:
+        """Enter every dynamic schedule's stream once (a store written by an older version,
+        or by older instances during a rolling deploy); a failure is retried next tick."""
+        try:
             records = await self.store.job_list()
             self.round_trips += 1
             dynamic = [(r.name, "") for r in records if r.dynamic]
             await self._ensure(dynamic, None, revive=False)
             self._dynamic_seen = True
+            self.wake()
+        except Exception as exc:
+            self.log(
+                logging.WARNING,
+                "entering dynamic schedules failed (%s: %s); retrying",
+                type(exc).__name__,
+                exc,
+                action="error",
+            )
 
     async def _ensure(
         self, streams: list[tuple[str, str]], at: datetime | None, *, revive: bool
