@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import copy
 import itertools
 import threading
@@ -31,6 +32,7 @@ from soloist.models import (
     PlanAdvance,
     PlanCursor,
     State,
+    stream_slot,
 )
 from soloist.payload import validate_payload
 from soloist.stores.core import Capabilities
@@ -69,6 +71,9 @@ class MemoryStore:
         self._rows: dict[str, _Row] = {}
         self._by_key: dict[str, str] = {}
         self._cursors: dict[tuple[str, str], PlanCursor] = {}
+        #: The planning index: (next_plan_time, job, scope) of every cursor that has one,
+        #: sorted, kept by _put_cursor and _drop_cursor.
+        self._index: list[tuple[datetime, str, str]] = []
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, list[Attempt]] = {}
         self._elections = Elections()
@@ -146,8 +151,8 @@ class MemoryStore:
             if lease.expires_at <= self._clock.now():
                 return False
         count = (cursor.planned_count if cursor is not None else 0) + step.added_count
-        self._cursors[key] = PlanCursor(
-            step.job, step.scope, step.new_last, count, step.next_plan_time
+        self._put_cursor(
+            PlanCursor(step.job, step.scope, step.new_last, count, step.next_plan_time)
         )
         for new in news:
             if new.dedupe_key not in self._by_key:
@@ -160,21 +165,40 @@ class MemoryStore:
         limit: int,
         slots: Sequence[tuple[int, int]] | None = None,
     ) -> DueBatch:
-        """A scan of every cursor: the memory store holds test-sized data."""
+        """From the sorted index: what the due entries cost, plus the entries of other
+        slots passed over."""
         with self._lock:
-            asked = [
-                c
-                for c in self._cursors.values()
-                if c.next_plan_time is not None
-                and (slots is None or any(lo <= c.slot < hi for lo, hi in slots))
-            ]
-            due = sorted(
-                (c for c in asked if c.next_plan_time <= before),  # type: ignore[operator]
-                key=lambda c: (c.next_plan_time, c.job, c.scope),
-            )[:limit]
-            later = [c.next_plan_time for c in asked if c.next_plan_time > before]  # type: ignore[operator]
-            streams = [DueStream(c, copy.deepcopy(self._jobs.get(c.job))) for c in due]
-            return DueBatch(streams, min(later, default=None))  # type: ignore[type-var]
+            streams: list[DueStream] = []
+            at = 0
+            index = self._index
+            while at < len(index) and index[at][0] <= before and len(streams) < limit:
+                _, job, scope = index[at]
+                cursor = self._cursors[(job, scope)]
+                if _in_slots(cursor.slot, slots):
+                    streams.append(DueStream(cursor, copy.deepcopy(self._jobs.get(job))))
+                at += 1
+            at = bisect.bisect_right(index, (before, "\U0010ffff", "\U0010ffff"), lo=at)
+            next_at = None
+            for moment, job, scope in itertools.islice(index, at, None):
+                if _in_slots(stream_slot(job, scope), slots):
+                    next_at = moment
+                    break
+            return DueBatch(streams, next_at)
+
+    def _put_cursor(self, cursor: PlanCursor) -> None:
+        """Store ``cursor`` and move its index entry (under the lock)."""
+        key = (cursor.job, cursor.scope)
+        self._drop_cursor(key)
+        self._cursors[key] = cursor
+        if cursor.next_plan_time is not None:
+            bisect.insort(self._index, (cursor.next_plan_time, *key))
+
+    def _drop_cursor(self, key: tuple[str, str]) -> None:
+        old = self._cursors.pop(key, None)
+        if old is not None and old.next_plan_time is not None:
+            entry = (old.next_plan_time, *key)
+            at = bisect.bisect_left(self._index, entry)
+            del self._index[at]
 
     async def plan_cursor_ensure(
         self,
@@ -189,9 +213,9 @@ class MemoryStore:
             for job, scope in streams:
                 cursor = self._cursors.get((job, scope))
                 if cursor is None:
-                    self._cursors[(job, scope)] = PlanCursor(job, scope, None, 0, moment)
+                    self._put_cursor(PlanCursor(job, scope, None, 0, moment))
                 elif revive and (cursor.next_plan_time is None or cursor.next_plan_time > moment):
-                    self._cursors[(job, scope)] = replace(cursor, next_plan_time=moment)
+                    self._put_cursor(replace(cursor, next_plan_time=moment))
                 else:
                     continue
                 changed += 1
@@ -443,7 +467,7 @@ class MemoryStore:
                 raise DuplicateJobError(f"a job named {checked.name!r} already exists")
             self._jobs[checked.name] = checked
             key = (checked.name, "")
-            self._cursors[key] = PlanCursor(*key, None, 0, checked.created_at)
+            self._put_cursor(PlanCursor(*key, None, 0, checked.created_at))
 
     async def job_get(self, name: str) -> JobRecord | None:
         with self._lock:
@@ -457,7 +481,7 @@ class MemoryStore:
     async def job_delete(self, name: str) -> bool:
         with self._lock:
             for key in [key for key in self._cursors if key[0] == name]:
-                del self._cursors[key]
+                self._drop_cursor(key)
             return self._jobs.pop(name, None) is not None
 
     async def job_set_paused(self, name: str, paused: bool) -> bool:
@@ -551,3 +575,7 @@ class MemoryStore:
     async def instance_remove(self, instance_id: str) -> None:
         with self._lock:
             self._instances.remove(instance_id)
+
+
+def _in_slots(slot: int, slots: Sequence[tuple[int, int]] | None) -> bool:
+    return slots is None or any(lo <= slot < hi for lo, hi in slots)
