@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from ticks import started
 
 from soloist import Scheduler
 from soloist.models import Claimed, Kind, NewOccurrence, Outcome, State
@@ -77,14 +78,6 @@ def make_app(clock: FakeClock, store: CountingStore, iid: str, **options: Any) -
         concurrency=100,
         **options,
     )
-
-
-async def started(app: Scheduler) -> Runtime:
-    """A runtime whose services are built but not looping: the test calls tick()."""
-    store = await app.astore()
-    runtime = Runtime(store, app.registry, app.config, app.clock)
-    await runtime.register()
-    return runtime
 
 
 async def settle(runtime: Runtime) -> None:

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from ticks import plan_tick, started
 
 from soloist import ConfigError, Scheduler, every
 from soloist.errors import LeaseLostError, StoreUnavailableError
@@ -84,21 +85,6 @@ def store(clock: FakeClock) -> FaultyStore:
 def make_app(clock: FakeClock, store: Any, iid: str = "a", **options: Any) -> Scheduler:
     # lease 9 s: heartbeat 3 s, a runner trusts its lease until 8 s after a renewal is sent
     return Scheduler(store, instance_id=iid, clock=clock, lease_ttl="9s", **options)
-
-
-async def started(app: Scheduler) -> Runtime:
-    store = await app.astore()
-    runtime = Runtime(store, app.registry, app.config, app.clock)
-    await runtime.register()
-    return runtime
-
-
-async def plan_tick(runtime: Runtime) -> float:
-    """One planner tick after one of the partition service (these tests drive the
-    services' ticks by hand, on a fake clock)."""
-    if runtime.partitions is not None:
-        await runtime.partitions.tick()
-    return await runtime.planner.tick()
 
 
 async def start_gated(app: Scheduler) -> tuple[Runtime, str, asyncio.Event]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from ticks import plan_tick, started
 
 from soloist import Scheduler, every
 from soloist.errors import ConfigError
@@ -22,19 +23,6 @@ TTL = timedelta(seconds=9)
 
 def make_app(clock: FakeClock, store: MemoryStore, iid: str = "a", **options: object) -> Scheduler:
     return Scheduler(store, instance_id=iid, clock=clock, lease_ttl="9s", **options)  # type: ignore[arg-type]
-
-
-async def started(app: Scheduler) -> Runtime:
-    store = await app.astore()
-    runtime = Runtime(store, app.registry, app.config, app.clock)
-    await runtime.register()
-    return runtime
-
-
-async def plan_tick(runtime: Runtime) -> float:
-    if runtime.partitions is not None:
-        await runtime.partitions.tick()
-    return await runtime.planner.tick()
 
 
 async def announce(runtime: Runtime) -> None:

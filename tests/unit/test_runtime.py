@@ -8,6 +8,7 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from ticks import plan_tick, started
 
 from soloist import PayloadError, Scheduler, every
 from soloist.models import State
@@ -21,22 +22,6 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 
 def make_app(clock: FakeClock, store: MemoryStore, iid: str, **options: object) -> Scheduler:
     return Scheduler(store, instance_id=iid, clock=clock, lease_ttl="9s", **options)  # type: ignore[arg-type]
-
-
-async def started(app: Scheduler) -> Runtime:
-    """A runtime whose services are built but not looping: tests call tick() themselves."""
-    store = await app.astore()
-    runtime = Runtime(store, app.registry, app.config, app.clock)
-    await runtime.register()
-    return runtime
-
-
-async def plan_tick(runtime: Runtime) -> float:
-    """One planner tick after one of the partition service (these tests drive the
-    services' ticks by hand, on a fake clock)."""
-    if runtime.partitions is not None:
-        await runtime.partitions.tick()
-    return await runtime.planner.tick()
 
 
 async def settle(runtime: Runtime) -> None:
