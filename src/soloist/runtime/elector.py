@@ -31,14 +31,11 @@ from typing import Any
 
 from soloist.errors import StoreDataLostError
 from soloist.models import LeaderLease
-from soloist.runtime.service import Service, ServiceBundle
+from soloist.runtime.service import LeaseTiming, Service, ServiceBundle
 from soloist.stores.base import Store
 
 #: Callbacks receive the epoch of the leadership gained or lost.
 LeadershipCallback = Callable[[int], Any]
-
-#: A follower tries for the lease at least this often.
-MAX_FOLLOW_INTERVAL = 0.5
 
 
 class Elector(Service):
@@ -58,10 +55,10 @@ class Elector(Service):
         self.store = store
         self.election = election
         self.ttl = ttl
-        seconds = ttl.total_seconds()
-        self.renew_interval = seconds / 4
-        self.trust_window = seconds * 3 / 4
-        self.follow_interval = min(MAX_FOLLOW_INTERVAL, seconds / 4)
+        timing = LeaseTiming.of(ttl)
+        self.renew_interval = timing.renew
+        self.trust_window = timing.trust
+        self.follow_interval = timing.poll
         self.on_elected = on_elected
         self.on_demoted = on_demoted
         self.lease: LeaderLease | None = None

@@ -34,15 +34,13 @@ from datetime import timedelta
 
 from soloist.models import PartitionLease, PlanFence, partition_slots, slot_partition
 from soloist.reports import spans
-from soloist.runtime.service import Service, ServiceBundle
+from soloist.runtime.service import LeaseTiming, Service, ServiceBundle
 from soloist.stores.base import Store
 
 __all__ = ["DEFAULT_PARTITIONS", "Partitions", "assign"]
 
 #: Partitions per app unless ``partitions=`` / ``SOLOIST_PARTITIONS`` says otherwise.
 DEFAULT_PARTITIONS = 64
-#: An instance looks at the live instances at least this often.
-MAX_POLL_INTERVAL = 0.5
 #: The instances of this mode share planning by partitions.
 PARTITIONED_MODE = "distributed"
 
@@ -83,10 +81,10 @@ class Partitions(Service):
         self.store = store
         self.count = count
         self.ttl = ttl
-        seconds = ttl.total_seconds()
-        self.renew_interval = seconds / 4
-        self.trust_window = seconds * 3 / 4
-        self.poll_interval = min(MAX_POLL_INTERVAL, seconds / 4)
+        timing = LeaseTiming.of(ttl)
+        self.renew_interval = timing.renew
+        self.trust_window = timing.trust
+        self.poll_interval = timing.poll
         self.on_gained = on_gained
         #: Called when instances agree on the count again after a disagreement (an older
         #: version has gone: what it wrote is entered into the index again).

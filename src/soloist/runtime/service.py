@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from soloist.clock import Clock
@@ -40,6 +41,27 @@ def cancel_requested() -> bool:
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)  # Python 3.11+
     return bool(cancelling()) if cancelling is not None else True
+
+
+@dataclass(frozen=True)
+class LeaseTiming:
+    """How a holder of a lease in the store times itself (leadership, planning
+    partitions): it renews every quarter of the TTL, trusts the lease for three quarters of
+    it after the *start* of its last successful renewal (on its own monotonic clock: the
+    store extended the lease at some instant after that start, so the lease outlives the
+    trust by a quarter TTL), and one without the lease looks for it every ``poll``."""
+
+    renew: float
+    trust: float
+    poll: float
+
+    #: Who waits for a lease looks at least this often.
+    MAX_POLL = 0.5
+
+    @classmethod
+    def of(cls, ttl: timedelta) -> LeaseTiming:
+        seconds = ttl.total_seconds()
+        return cls(seconds / 4, seconds * 3 / 4, min(cls.MAX_POLL, seconds / 4))
 
 
 @dataclass(frozen=True)
