@@ -9,7 +9,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -36,7 +36,11 @@ from soloist.models import (
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.postgres import PostgresStore, codec, migrations, parse_url
-from soloist.stores.postgres.connections import ORDERED_WALK, ORDERED_WALK_END
+from soloist.stores.postgres.connections import (
+    INDEX_WALK,
+    ORDERED_WALK,
+    ORDERED_WALK_END,
+)
 from soloist.stores.postgres.migrations import MIGRATIONS
 from soloist.stores.postgres.planning import Planning
 from soloist.stores.postgres.queries import Queries
@@ -839,9 +843,14 @@ async def test_concurrent_claimers_never_overlap_a_skip_or_queue_job(
 
 
 # -- the planning index and partitions ------------------------------------------------------
-def _explain(dsn: str, query: str, params: dict[str, Any]) -> dict[str, Any]:
-    """EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of ``query``: its top node and totals."""
+def _explain(
+    dsn: str, query: str, params: dict[str, Any], setting: Sequence[str] = ()
+) -> dict[str, Any]:
+    """EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of ``query`` (after ``setting``, as the
+    driver sends it): its top node and totals."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in setting:
+            conn.execute(statement)
         row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", params).fetchone()
     assert row is not None
     explained: dict[str, Any] = row[0][0]
@@ -856,6 +865,11 @@ def _scans(node: dict[str, Any]) -> set[tuple[str, str, str | None]]:
     for child in node.get("Plans", []):
         found |= _scans(child)
     return found
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of the plan under ``node``, itself first."""
+    return [node, *(n for child in node.get("Plans", []) for n in _nodes(child))]
 
 
 async def test_plan_due_reads_only_what_the_due_streams_cost(
@@ -877,7 +891,7 @@ async def test_plan_due_reads_only_what_the_due_streams_cost(
     params: dict[str, Any] = {"before": due, "limit": 500}
     everywhere = {**params, "slots": codec.slot_mask([(0, SLOTS)])}
     for query, values in ((statements.due, params), (statements.due_in_slots, everywhere)):
-        explained = await asyncio.to_thread(_explain, postgres_dsn, query, values)
+        explained = await asyncio.to_thread(_explain, postgres_dsn, query, values, INDEX_WALK)
         plan = explained["Plan"]
         scans = _scans(plan)
         assert not [scan for scan in scans if scan[0] == "Seq Scan"], scans
@@ -889,6 +903,32 @@ async def test_plan_due_reads_only_what_the_due_streams_cost(
     assert [s.cursor.job for s in batch.streams] == [f"s{n:05}" for n in range(7, 20_000, 2000)]
     assert all(s.job is not None and s.job.name == s.cursor.job for s in batch.streams)
     assert batch.next_at == far
+
+
+async def test_a_batch_of_many_streams_due_at_one_instant_reads_only_the_batch(
+    postgres_dsn: str, store: PostgresStore
+) -> None:
+    """20,000 streams due at the same instant (all scopes of one job, or cron-aligned
+    schedules): a batch of 500 walks the index in its order (time, job, scope) and stops
+    after the batch, without reading and sorting the whole tie group."""
+    due = LONG_AGO + timedelta(hours=1)
+    steps = [PlanAdvance("fan", f"t{n:05}", None, LONG_AGO, 0, (), due) for n in range(20_000)]
+    for start in range(0, len(steps), 5000):
+        assert all(await store.plan_advance_many(steps[start : start + 5000]))
+    statements = Planning(store.schema)
+    params: dict[str, Any] = {"before": due, "limit": 500}
+    explained = await asyncio.to_thread(_explain, postgres_dsn, statements.due, params, INDEX_WALK)
+    plan = explained["Plan"]
+    assert plan["Actual Rows"] == 500
+    # The batch is the first 500 entries of the index, read in order: a Limit straight
+    # over the index scan, no sort of the 20,000 tied entries below it.
+    limits = [n for n in _nodes(plan) if n["Node Type"] == "Limit" and n["Actual Rows"] == 500]
+    assert len(limits) == 1, plan
+    scan = limits[0]["Plans"][0]
+    assert (scan["Node Type"], scan.get("Index Name")) == ("Index Scan", "plan_cursors_due")
+    assert scan["Shared Hit Blocks"] + scan["Shared Read Blocks"] < 50, scan
+    batch = await store.plan_due(due, 500)
+    assert [s.cursor.scope for s in batch.streams] == [f"t{n:05}" for n in range(500)]
 
 
 async def test_plan_advance_many_is_one_statement(

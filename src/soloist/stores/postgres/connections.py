@@ -284,6 +284,11 @@ class Connections:
 #: transaction (a failed statement rolls the setting back with it).
 ORDERED_WALK = "SET enable_bitmapscan = off"
 ORDERED_WALK_END = "RESET enable_bitmapscan"
+#: The same for ``plan_due``, which must read the planning index in order and stop after
+#: its batch: with the slot filter and no statistics, the planner estimates a handful of
+#: matching rows and would scan (or bitmap-scan) and sort the whole cursor table instead.
+INDEX_WALK = ("SET enable_seqscan = off", ORDERED_WALK)
+INDEX_WALK_END = ("RESET enable_seqscan", ORDERED_WALK_END)
 
 
 def _session_settings(target: PostgresTarget, limits: Deadlines) -> tuple[list[str], list[str]]:

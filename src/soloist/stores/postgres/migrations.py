@@ -190,8 +190,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # Cursors written before enter the index by _index_old_cursors (PYTHON_STEPS).
         "ALTER TABLE {schema}.plan_cursors ADD COLUMN next_plan_time timestamptz",
         "ALTER TABLE {schema}.plan_cursors ADD COLUMN slot integer",
-        "CREATE INDEX plan_cursors_due ON {schema}.plan_cursors (next_plan_time) "
-        "WHERE next_plan_time IS NOT NULL",
+        # In the order plan_due reads it (ties by job, then scope, bytewise), so that a
+        # batch out of thousands of streams due at one instant reads only the batch; the
+        # slot included, so that the slot filter reads no table row.
+        'CREATE INDEX plan_cursors_due ON {schema}.plan_cursors (next_plan_time, job COLLATE "C", '
+        'scope COLLATE "C") INCLUDE (slot) WHERE next_plan_time IS NOT NULL',
         # One lease row per partition, apart from the leader leases, never deleted: a
         # lapsed or released lease keeps its epoch, so epochs never repeat.
         """

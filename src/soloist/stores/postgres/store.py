@@ -30,6 +30,8 @@ from soloist.stores.deadlines import Deadlines
 from soloist.stores.existing import schema_problem
 from soloist.stores.postgres import codec, migrations
 from soloist.stores.postgres.connections import (
+    INDEX_WALK,
+    INDEX_WALK_END,
     ORDERED_WALK,
     ORDERED_WALK_END,
     Conn,
@@ -94,15 +96,22 @@ class PostgresStore:
         with self._conns.translated():
             return await self._conns.using(fetch)
 
-    async def _walk(self, query: str, params: dict[str, Any]) -> list[Row]:
-        """Rows of a statement that must read the claim index in order and stop early (see
-        ``connections.ORDERED_WALK``), pipelined with its setting into one round trip."""
+    async def _walk(
+        self,
+        query: str,
+        params: dict[str, Any],
+        setting: tuple[Sequence[str], Sequence[str]] = ((ORDERED_WALK,), (ORDERED_WALK_END,)),
+    ) -> list[Row]:
+        """Rows of a statement that must read an index in order and stop early (see
+        ``connections.ORDERED_WALK``), pipelined with its settings into one round trip."""
 
         async def fetch(conn: Conn) -> list[Row]:
             async with conn.pipeline():
-                await conn.execute(ORDERED_WALK)
+                for statement in setting[0]:
+                    await conn.execute(statement)
                 cursor = await conn.execute(query, params)
-                await conn.execute(ORDERED_WALK_END)
+                for statement in setting[1]:
+                    await conn.execute(statement)
             return await cursor.fetchall()
 
         with self._conns.translated():
@@ -272,7 +281,8 @@ class PostgresStore:
         if slots is not None:
             params["slots"] = codec.slot_mask(slots)
             query = self._plan.due_in_slots
-        return codec.due_batch(await self._rows(query, params))
+        rows = await self._walk(query, params, (INDEX_WALK, INDEX_WALK_END))
+        return codec.due_batch(rows)
 
     async def plan_cursor_ensure(
         self,
