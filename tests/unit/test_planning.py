@@ -4,6 +4,7 @@ instances share partitions."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -332,13 +333,14 @@ async def test_a_code_job_no_instance_defines_leaves_the_index(
     new = make_app(clock, store)
     new.job(every("1m"), name="kept")(lambda ctx: None)
     runtime = await started(new)
-    await announce(runtime)
     clock.advance(60)
+    await announce(runtime)  # what the live instances define, read after "gone" came due
     await plan_tick(runtime)
     cursor = await store.plan_cursor_get("gone", "")
     assert cursor is not None and cursor.next_plan_time is None
     before = runtime.planner.streams_total
     clock.advance(60)
+    await announce(runtime)
     await plan_tick(runtime)
     assert runtime.planner.streams_total - before == 1  # "kept" only
     back = make_app(clock, store)
@@ -396,3 +398,77 @@ def test_the_default_misfire_grace_covers_a_failover() -> None:
     assert Scheduler("memory://", lease_ttl="30s").config.misfire_grace == timedelta(seconds=32)
     assert Scheduler("memory://", lease_ttl="3s").config.misfire_grace == timedelta(seconds=10)
     assert Scheduler("memory://", misfire_grace="1s").config.misfire_grace == timedelta(seconds=1)
+
+
+# -- what a second review found --------------------------------------------------------------------
+async def test_instances_defining_different_jobs_plan_shared(
+    clock: FakeClock, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job defined on one instance only (a rolling deploy adding it, or two apps on one
+    store): the instances plan shared, not by partitions, so every stream of it is planned
+    by the instance that defines it, whoever would hold its partition; and they say so."""
+    worker = make_app(clock, store, "worker")
+    worker.job(every("1m"), name="report", scopes=lambda now: [f"t{n}" for n in range(40)])(
+        lambda ctx: None
+    )
+    web = make_app(clock, store, "web")
+    web.job(every("1m"), name="other")(lambda ctx: None)
+    a, b = [await started(app) for app in (worker, web)]
+    with caplog.at_level("WARNING", logger="soloist"):
+        for _ in range(3):
+            clock.advance(60)
+            for runtime in (a, b):
+                await announce(runtime)
+            for runtime in (a, b):
+                await plan_tick(runtime)
+    assert "planning shared" in caplog.text
+    assert a.partitions.report()["shared"] is not None  # type: ignore[union-attr]
+    assert await store.partition_list() == []
+    rows = await store.occurrence_list(job="report", limit=1_000)
+    scopes = {o.scope for o in rows}
+    assert scopes == {f"t{n}" for n in range(40)}
+    assert len(rows) == len({(o.scope, o.plan_time) for o in rows})
+
+
+async def test_a_scope_provider_that_never_answered_keeps_its_streams(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A provider that fails on this instance before it ever answered leaves the job's
+    streams in the index (looked at again later), not out of it for good."""
+    good = make_app(clock, store, "a")
+    good.job(every("1m"), name="report", scopes=lambda now: ["acme"])(lambda ctx: None)
+    await plan_tick(await started(good))
+
+    def down(now: datetime) -> list[str]:
+        raise RuntimeError("tenant service down")
+
+    bad = make_app(clock, store, "a")
+    bad.job(every("1m"), name="report", scopes=down)(lambda ctx: None)
+    runtime = await started(bad)
+    clock.advance(60)
+    await plan_tick(runtime)
+    cursor = await store.plan_cursor_get("report", "acme")
+    assert cursor is not None and cursor.next_plan_time is not None
+
+
+async def test_rediscover_enters_what_came_after_the_first_pass(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A dynamic schedule written without its cursor (by an older version) after the pass
+    over the job list is entered when rediscover() asks again (instances agree again, a
+    leader is elected)."""
+    app = make_app(clock, store)
+    app.task(name="work")(lambda ctx: None)
+    runtime = await started(app)
+    await plan_tick(runtime)
+    await asyncio.sleep(0.01)  # the first pass over the job list is over
+    assert runtime.planner._dynamic_seen
+    await app.schedules.aadd("late", task="work", schedule=every("1m"))
+    store._drop_cursor(("late", ""))  # as an older version would have left it
+    runtime.planner.rediscover()
+    for _ in range(3):
+        clock.advance(60)
+        await plan_tick(runtime)
+        await asyncio.sleep(0.01)  # the pass over the job list runs beside the ticks
+    assert await store.plan_cursor_get("late", "") is not None
+    assert await store.occurrence_list(job="late", limit=10) != []

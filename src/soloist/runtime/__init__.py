@@ -132,6 +132,8 @@ class Runtime:
         metadata: dict[str, object] = {
             "jobs": sorted(registry.jobs),
             "tasks": registry.queue_tasks(),
+            # What this instance can plan, compared between instances (partitions).
+            "task_names": sorted(registry.tasks),
         }
         if self.partitions is not None:
             metadata["partitions"] = self.partitions.count

@@ -32,8 +32,15 @@ import math
 from collections.abc import Callable
 from datetime import timedelta
 
-from soloist.models import PartitionLease, PlanFence, partition_slots, slot_partition
+from soloist.models import (
+    InstanceInfo,
+    PartitionLease,
+    PlanFence,
+    partition_slots,
+    slot_partition,
+)
 from soloist.reports import spans
+from soloist.runtime.planner import Announced
 from soloist.runtime.service import LeaseTiming, Service, ServiceBundle
 from soloist.stores.base import Store
 
@@ -89,8 +96,11 @@ class Partitions(Service):
         #: Called when instances agree on the count again after a disagreement (an older
         #: version has gone: what it wrote is entered into the index again).
         self.on_agreed = on_agreed
-        #: The code-defined jobs the live instances announce, as the last poll saw them.
-        self.announced: set[str] | None = None
+        #: What the live instances define, as the last poll saw it.
+        self.seen: Announced | None = None
+        #: Why the instances plan shared, not by partitions (they define different jobs or
+        #: tasks), or None.
+        self.shared: str | None = None
         #: The partitions this instance holds, as the last sync left them.
         self.held: dict[int, PartitionLease] = {}
         self.trusted_until = 0.0
@@ -107,8 +117,11 @@ class Partitions(Service):
             return {}
         return self.held
 
-    def held_slots(self) -> list[tuple[int, int]]:
-        """The slot ranges of the partitions held and trusted now, merged."""
+    def held_slots(self) -> list[tuple[int, int]] | None:
+        """The slot ranges of the partitions held and trusted now, merged; None while the
+        instances plan shared (they define different jobs or tasks)."""
+        if self.shared is not None and self.refusal is None:
+            return None
         ranges: list[tuple[int, int]] = []
         for partition in sorted(self._trusted()):
             lo, hi = partition_slots(partition, self.count)
@@ -118,8 +131,8 @@ class Partitions(Service):
                 ranges.append((lo, hi))
         return ranges
 
-    def announced_jobs(self) -> set[str] | None:
-        return self.announced
+    def announced(self) -> Announced | None:
+        return self.seen
 
     def resync(self) -> None:
         """Plan writes were refused: distrust the partitions until the next sync, now."""
@@ -147,9 +160,7 @@ class Partitions(Service):
     async def tick(self) -> float:
         live = await self.store.instance_list()
         peers = {i.instance_id: i for i in live if i.mode == PARTITIONED_MODE}
-        self.announced = {
-            str(job) for info in peers.values() for job in info.metadata.get("jobs", ())
-        }
+        self._see(peers)
         others = {
             iid: info.metadata.get("partitions")
             for iid, info in peers.items()
@@ -170,6 +181,8 @@ class Partitions(Service):
                 self.on_agreed()
         # Instances that stopped planning (shutting down) get no partitions.
         planners = {iid for iid, info in peers.items() if info.metadata.get("plans", True)}
+        if await self._shared(peers, planners):
+            return self.poll_interval
         want = assign(sorted(planners | {self.instance_id}), self.count)[self.instance_id]
         due = self._synced_at is None or (
             self.clock.monotonic() - self._synced_at >= self.renew_interval
@@ -178,6 +191,51 @@ class Partitions(Service):
             self.want = want
             await self._sync(want)
         return self.poll_interval
+
+    def _see(self, peers: dict[str, InstanceInfo]) -> None:
+        """Remember what the live instances define (the planner asks)."""
+        if not peers:
+            return
+        self.seen = Announced(
+            frozenset(str(j) for info in peers.values() for j in info.metadata.get("jobs", ())),
+            frozenset(
+                str(t) for info in peers.values() for t in info.metadata.get("task_names", ())
+            ),
+            max(info.last_seen for info in peers.values()),
+        )
+
+    async def _shared(self, peers: dict[str, InstanceInfo], planners: set[str]) -> bool:
+        """Whether the planning instances define different jobs or tasks (a rolling deploy
+        that adds or renames one, or two apps sharing a store): then a partition's holder
+        could not plan every stream of it, so each instance plans, unfenced, every stream
+        it defines (as the unique keys allow), until they agree again. Releases the
+        partitions on the way in."""
+        kinds = {
+            (tuple(info.metadata.get("jobs", ())), tuple(info.metadata.get("task_names", ())))
+            for iid, info in peers.items()
+            if iid in planners
+        }
+        if len(kinds) <= 1:
+            if self.shared is not None:
+                self.log(
+                    logging.WARNING,
+                    "instances define the same jobs again: planning by partitions",
+                    action="partitions_shared_end",
+                )
+                self.shared = None
+            return False
+        differing = sorted(planners)
+        shared = (
+            f"planning shared, not by partitions: the live instances ({', '.join(differing)}) "
+            "define different jobs or tasks; each plans what it defines until they agree"
+        )
+        if shared != self.shared:
+            self.log(logging.WARNING, "%s", shared, action="partitions_shared")
+        self.shared = shared
+        self.want = []
+        if self.held:
+            await self._sync([])
+        return True
 
     async def _sync(self, want: list[int]) -> None:
         started = self.clock.monotonic()
@@ -233,4 +291,5 @@ class Partitions(Service):
             "count": self.count,
             "held": sorted(self._trusted()),
             "refusal": self.refusal,
+            "shared": self.shared,
         }

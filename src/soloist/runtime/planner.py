@@ -98,21 +98,32 @@ RETRY_AFTER_REFUSAL = timedelta(milliseconds=100)
 class Ownership(Protocol):
     """Which streams this instance plans: the partitions it holds (distributed mode)."""
 
-    def held_slots(self) -> list[tuple[int, int]]:
-        """The slot ranges of the partitions held and trusted now (empty: none)."""
+    def held_slots(self) -> list[tuple[int, int]] | None:
+        """The slot ranges of the partitions held and trusted now (empty: none; None: every
+        slot, unfenced: the instances plan shared, not by partitions)."""
         ...
 
     def fence(self, slot: int) -> PlanFence | None:
         """The fence of the held partition that has ``slot``, or None if it is not held."""
         ...
 
-    def announced_jobs(self) -> set[str] | None:
-        """The code-defined jobs the live instances announce (None: not known yet)."""
+    def announced(self) -> Announced | None:
+        """What the live instances define, as last seen (None: not known yet)."""
         ...
 
     def resync(self) -> None:
         """Plan writes were refused: stop trusting the partitions until they are synced."""
         ...
+
+
+@dataclass(frozen=True)
+class Announced:
+    """The code-defined jobs and the tasks the live instances define, and the store time at
+    which that was read (at the latest)."""
+
+    jobs: frozenset[str]
+    tasks: frozenset[str]
+    at: datetime
 
 
 @dataclass
@@ -172,6 +183,7 @@ class Planner(Service):
         self._discovered_at: float | None = None
         self._dynamic_seen = False
         self._entering: asyncio.Task[None] | None = None
+        self._generation = 0
         self._parsed: dict[str, tuple[JobRecord, JobDef]] = {}
 
     def report(self) -> dict[str, object]:
@@ -197,6 +209,10 @@ class Planner(Service):
         self._known.clear()
         self._discovered_at = None
         self._dynamic_seen = False
+        self._generation += 1
+        entering = self._entering
+        if entering is not None and not entering.done():
+            entering.cancel()  # a pass from before: the next tick starts a new one
         self.wake()
 
     async def tick(self) -> float:
@@ -206,6 +222,7 @@ class Planner(Service):
         if self.local_owner is not None:
             return await self._tick_local()
         slots = self.ownership.held_slots() if self.ownership is not None else None
+        fenced = self.ownership is not None and slots is not None
         if slots == []:
             self.log(logging.DEBUG, "no partition held: skipping planning", action="skip_planning")
             return self.refresh.total_seconds()  # gaining a partition wakes us
@@ -217,7 +234,7 @@ class Planner(Service):
         for _ in range(MAX_BATCHES):
             batch = await self.store.plan_due(now + self.lookahead, BATCH, slots)
             cpu = cpu_time()
-            steps = [s for s in (self._step(due, now) for due in batch.streams) if s]
+            steps = [s for s in (self._step(due, now, fenced) for due in batch.streams) if s]
             self.cpu_seconds += cpu_time() - cpu
             results = await self.store.plan_advance_many(steps) if steps else []
             self.round_trips += 2 if steps else 1
@@ -232,8 +249,16 @@ class Planner(Service):
                 if step.next_plan_time is not None:
                     next_wake = min(next_wake, step.next_plan_time - self.lookahead)
             if batch.next_at is not None:
-                next_wake = min(next_wake, batch.next_at - self.lookahead)
+                # Never before a short pause: a store that stopped its scan early reports
+                # where it stopped, which may be due already.
+                later = max(batch.next_at - self.lookahead, now + RETRY_AFTER_REFUSAL)
+                next_wake = min(next_wake, later)
             if len(batch.streams) < BATCH:
+                break
+            if not steps:
+                # A batch only other instances can plan (shared planning): they will; look
+                # again shortly rather than at the same batch at once.
+                next_wake = min(next_wake, now + RETRY_AFTER_REFUSAL)
                 break
         else:
             next_wake = now  # more due than one tick plans: go on at once
@@ -290,17 +315,21 @@ class Planner(Service):
         if not self._dynamic_seen and (self._entering is None or self._entering.done()):
             # Reading every dynamic schedule can take seconds at 100k: beside the planning,
             # not before it, so that the partitions this instance just took are planned.
-            self._entering = asyncio.create_task(self._enter_dynamic(), name="soloist-entering")
+            self._entering = asyncio.create_task(
+                self._enter_dynamic(self._generation), name="soloist-entering"
+            )
 
-    async def _enter_dynamic(self) -> None:
+    async def _enter_dynamic(self, generation: int) -> None:
         """Enter every dynamic schedule's stream once (a store written by an older version,
-        or by older instances during a rolling deploy); a failure is retried next tick."""
+        or by older instances during a rolling deploy); a failure is retried next tick, and
+        a pass that a :meth:`rediscover` overtook counts for nothing."""
         try:
             records = await self.store.job_list()
             self.round_trips += 1
             dynamic = [(r.name, "") for r in records if r.dynamic]
             await self._ensure(dynamic, None, revive=False)
-            self._dynamic_seen = True
+            if generation == self._generation:
+                self._dynamic_seen = True
             self.wake()
         except Exception as exc:
             self.log(
@@ -320,17 +349,21 @@ class Planner(Service):
             self.round_trips += 1
 
     # -- one due stream -----------------------------------------------------------------------
-    def _step(self, due: DueStream, now: datetime) -> PlanAdvance | None:
-        """The write that plans one due stream (None: its partition is no longer held)."""
+    def _step(self, due: DueStream, now: datetime, fenced: bool) -> PlanAdvance | None:
+        """The write that plans one due stream (None: nothing to write here: its partition
+        is no longer held, or, in shared planning, another instance plans it)."""
         cursor, record = due.cursor, due.job
         fence = None
-        if self.ownership is not None:
+        if fenced:
+            assert self.ownership is not None
             fence = self.ownership.fence(cursor.slot)
             if fence is None:
                 return None
         job, why = self._job_of(cursor, record)
         if job is None:
-            later = now + self.refresh if why == "unplannable" else None
+            if why == "elsewhere" and not fenced:
+                return None
+            later = now + self.refresh if why != "gone" else None
             return self._keep(cursor, later, fence)
         paused = record.paused if record is not None else False
         walk = plan_walk(
@@ -358,23 +391,20 @@ class Planner(Service):
     def _job_of(self, cursor: PlanCursor, record: JobRecord | None) -> tuple[JobDef | None, str]:
         """The job that plans ``cursor``'s stream, or None and why: ``gone`` (the stream
         leaves the index: a scope no longer provided, a code-defined job no live instance
-        defines) or ``unplannable`` (looked at again after ``refresh``: a task or job this
-        instance does not define, a stored schedule it cannot read)."""
+        defines), ``elsewhere`` (another live instance defines it) or ``unplannable``
+        (looked at again after ``refresh``: nobody here defines it, its scope provider has
+        not answered yet, its stored schedule cannot be read)."""
         job = self.registry.jobs.get(cursor.job)
         if job is not None and (record is None or not record.dynamic):
+            if job.scopes is None:
+                return (job, "") if cursor.scope == "" else (None, "gone")
             scopes = self._scope_sets.get(job.name)
-            valid = (
-                cursor.scope == ""
-                if job.scopes is None
-                else scopes is not None and (cursor.scope in scopes)
-            )
-            return (job, "") if valid else (None, "gone")
-        if record is not None and not record.dynamic and self.ownership is not None:
-            announced = self.ownership.announced_jobs()
-            if announced is not None and cursor.job not in announced:
-                return None, "gone"  # no live instance defines it: entered again if one does
-        if record is None or not record.dynamic or record.task not in self.registry.tasks:
-            return None, "unplannable"
+            if scopes is None:
+                return None, "unplannable"  # its provider has not answered here yet
+            return (job, "") if cursor.scope in scopes else (None, "gone")
+        dynamic = record is not None and record.dynamic
+        if not dynamic or record is None or record.task not in self.registry.tasks:
+            return None, self._why_not_here(cursor, record)
         parsed = self._parsed.get(record.name)
         if parsed is not None and parsed[0] == record:
             return parsed[1], ""
@@ -394,6 +424,22 @@ class Planner(Service):
             self._parsed.clear()
         self._parsed[record.name] = (record, job)
         return job, ""
+
+    def _why_not_here(self, cursor: PlanCursor, record: JobRecord | None) -> str:
+        """Why this instance cannot plan a stream it does not define: another live
+        instance defines it, nobody does (a code-defined job: it leaves the index, and is
+        entered again by an instance that defines it when it starts), or not known."""
+        seen = self.ownership.announced() if self.ownership is not None else None
+        if seen is None or record is None:
+            return "unplannable"
+        if record.dynamic:
+            return "elsewhere" if record.task in seen.tasks else "unplannable"
+        if cursor.job in seen.jobs:
+            return "elsewhere"
+        # Only when what was announced was read after the stream came due: an instance
+        # that just started and entered it is then in what was read.
+        due = cursor.next_plan_time
+        return "gone" if due is not None and seen.at >= due else "unplannable"
 
     async def _scopes(self, job: JobDef, now: datetime) -> list[str]:
         if job.scopes is None:
