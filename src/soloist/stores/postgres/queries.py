@@ -116,14 +116,17 @@ claimed AS (
     RETURNING o.*
 ),
 to_skip AS MATERIALIZED (
-    SELECT s.id FROM {{schema}}.occurrences s
-    WHERE s.state IN ('scheduled', 'failed') AND s.overlap = 'skip'
-      AND s.due_at <= (SELECT now FROM clock) AND s.task = ANY(%(tasks)s::text[])
-      AND s.id NOT IN (SELECT id FROM claimed)
-      AND EXISTS (SELECT FROM {{schema}}.occurrences r
-                  WHERE r.job = s.job AND r.scope = s.scope AND r.task = s.task
-                    AND r.state = 'running' AND r.started_at < s.due_at)
-    FOR UPDATE OF s SKIP LOCKED
+    -- Driven from the running rows (few), each looking up its own group's overdue "skip"
+    -- rows by index: never a walk over every overdue row, which a backlog makes huge.
+    SELECT k.id FROM {{schema}}.occurrences r CROSS JOIN LATERAL (
+        SELECT s.id FROM {{schema}}.occurrences s
+        WHERE s.job = r.job AND s.scope = r.scope AND s.task = r.task
+          AND s.state IN ('scheduled', 'failed') AND s.overlap = 'skip'
+          AND s.due_at > r.started_at AND s.due_at <= (SELECT now FROM clock)
+          AND s.id NOT IN (SELECT id FROM claimed)
+        FOR UPDATE OF s SKIP LOCKED
+    ) AS k
+    WHERE r.state = 'running' AND r.task = ANY(%(tasks)s::text[])
 ),
 skipped AS (
     UPDATE {{schema}}.occurrences o SET
