@@ -11,7 +11,9 @@ store (``partition_list``), each instance's ``/status`` over HTTP, and the histo
 * the partitions of a holder killed with kill -9 get new holders, with higher epochs,
   within the lease TTL + 1 s, and no instant is lost or doubled;
 * two instances that disagree on the partition count both refuse to plan and say why,
-  nothing is planned meanwhile, and planning resumes once the odd one stops.
+  nothing is planned meanwhile, and planning resumes once the odd one stops;
+* instances of two apps defining different jobs on one store plan shared, not by
+  partitions, and each app's every (scope, second) is still planned and run once.
 """
 
 from __future__ import annotations
@@ -316,3 +318,40 @@ def test_instances_disagreeing_on_the_count_refuse_to_plan_until_they_agree(
     assert report["refusal"] is None, report
     agreed = [line for line in p64.log().splitlines() if "partitions_agree" in line]
     assert agreed, p64.log()
+
+
+def test_instances_defining_different_jobs_plan_shared_and_lose_nothing(
+    server_cluster: Cluster,
+) -> None:
+    """An instance of scoped_tick.py (job ``fan``, 200 scopes) and one of other_tick.py
+    (job ``other``) share a store: a partition's holder could not plan the other app's
+    streams, so they plan shared (and say so), and every (scope, second) of ``fan`` in a
+    window is planned once and succeeds, as is every second of ``other``."""
+    cluster = server_cluster
+    fan = start(cluster, "fan-1")
+    port = free_port()
+    other = cluster.start("other_tick.py", "other-1", SOLOIST_HTTP=f"127.0.0.1:{port}")
+    wait_for(functools.partial(_started, other), 20, "other-1 to start")
+
+    def shared(port: int) -> dict[str, Any] | None:
+        report = status(port)["partitions"]
+        return report if report["shared"] else None
+
+    wait_for(lambda: shared(fan["fan-1"][1]) and shared(port), 10, "both to plan shared")
+    assert "define different jobs or tasks" in shared(port)["shared"]  # type: ignore[index]
+    assert any(
+        "partitions_shared" in line or "planning shared" in line
+        for line in fan["fan-1"][0].log().splitlines()
+    )
+    first = whole_second_after(now() + timedelta(seconds=1))
+    until = first + timedelta(seconds=5)
+    wait_until_moment(until + timedelta(seconds=2))
+    assert_each_scope_second_once(cluster, first, until)
+    others = [o for o in cluster.history("other", limit=1000) if first <= o.plan_time <= until]
+    assert sorted(o.plan_time for o in others) == [
+        first + timedelta(seconds=k) for k in range(6)
+    ], others
+    assert all(o.state is State.SUCCEEDED for o in others), others
+    for instance in (fan["fan-1"][0], other):
+        instance.send(signal.SIGTERM)
+        assert instance.wait(15) == 0
