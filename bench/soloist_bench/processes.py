@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from soloist.clock import to_epoch_us
@@ -99,16 +100,7 @@ def worker_main(url: str, concurrency: int | None) -> None:
     once started. Logging stays unconfigured (WARNING and above reach stderr)."""
     app = Scheduler(url, **_options(concurrency))
     app.task(name=NOOP)(noop)
-
-    async def serve() -> None:
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await app.start()
-        print("ready", flush=True)
-        await stop.wait()
-        await app.stop()
-
-    asyncio.run(serve())
+    asyncio.run(_serve(app))
 
 
 def leader_main(url: str, instance_id: str) -> None:
@@ -120,15 +112,7 @@ def leader_main(url: str, instance_id: str) -> None:
     async def failover_tick(ctx: JobContext) -> None:
         return None
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await app.start()
-        print("ready", flush=True)
-        await stop.wait()
-        await app.stop()
-
-    asyncio.run(serve())
+    asyncio.run(_serve(app))
 
 
 def scheduled_main(url: str, instance_id: str, logdir: str) -> None:
@@ -161,17 +145,22 @@ def scheduled_main(url: str, instance_id: str, logdir: str) -> None:
             json.dump(data, out)
         os.replace(report_path + ".tmp", report_path)
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await app.start()
-        write_report()
-        print("ready", flush=True)
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), 1.0)
-            except asyncio.TimeoutError:
-                write_report()
-        await app.stop()
+    asyncio.run(_serve(app, every_second=write_report))
 
-    asyncio.run(serve())
+
+async def _serve(app: Scheduler, every_second: Callable[[], None] | None = None) -> None:
+    """Start ``app``, print ``ready``, serve until SIGTERM (calling ``every_second``, if
+    given, once at the start and then every second), then stop."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await app.start()
+    if every_second is not None:
+        every_second()
+    print("ready", flush=True)
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), 1.0 if every_second is not None else None)
+        except asyncio.TimeoutError:
+            assert every_second is not None
+            every_second()
+    await app.stop()

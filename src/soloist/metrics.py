@@ -191,22 +191,22 @@ class NoMetrics:
     missing one."""
 
     def run_started(self, job: str, lateness_s: float) -> None:
-        pass
+        """Counts nothing."""
 
     def run_finished(self, job: str, outcome: str, duration_s: float | None = None) -> None:
-        pass
+        """Counts nothing."""
 
     def lease_stolen(self, job: str) -> None:
-        pass
+        """Counts nothing."""
 
     def leadership(self, leading: bool) -> None:
-        pass
+        """Counts nothing."""
 
     def store_error(self, operation: str) -> None:
-        pass
+        """Counts nothing."""
 
     def store_data_lost(self) -> None:
-        pass
+        """Counts nothing."""
 
 
 #: The metrics of a service built without any.

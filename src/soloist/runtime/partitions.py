@@ -104,8 +104,6 @@ class Partitions(Service):
         #: The partitions this instance holds, as the last sync left them.
         self.held: dict[int, PartitionLease] = {}
         self.trusted_until = 0.0
-        #: Every partition's holder, as the last sync saw them.
-        self.view: list[PartitionLease] = []
         #: Why this instance does not plan (instances disagree on the count), or None.
         self.refusal: str | None = None
         self.want: list[int] = []
@@ -224,17 +222,15 @@ class Partitions(Service):
                 )
                 self.shared = None
             return False
-        differing = sorted(planners)
         shared = (
-            f"planning shared, not by partitions: the live instances ({', '.join(differing)}) "
-            "define different jobs or tasks; each plans what it defines until they agree"
+            "planning shared, not by partitions: the live instances "
+            f"({', '.join(sorted(planners))}) define different jobs or tasks; each plans what "
+            "it defines until they agree"
         )
         if shared != self.shared:
             self.log(logging.WARNING, "%s", shared, action="partitions_shared")
         self.shared = shared
-        self.want = []
-        if self.held:
-            await self._sync([])
+        await self._give_up()
         return True
 
     async def _sync(self, want: list[int]) -> None:
@@ -243,7 +239,7 @@ class Partitions(Service):
         mine = {lease.partition: lease for lease in leases if lease.holder == self.instance_id}
         gained = sorted(set(mine) - set(self.held))
         lost = sorted(set(self.held) - set(mine))
-        self.held, self.view = mine, leases
+        self.held = mine
         self.trusted_until = started + self.trust_window
         self._synced_at = started
         if gained or lost:
@@ -269,6 +265,10 @@ class Partitions(Service):
         if refusal != self.refusal:
             self.log(logging.WARNING, "%s", refusal, action="partitions_disagree")
         self.refusal = refusal
+        await self._give_up()
+
+    async def _give_up(self) -> None:
+        """Hold no partition (refusing, or planning shared)."""
         self.want = []
         if self.held or self._synced_at is None:
             await self._sync([])

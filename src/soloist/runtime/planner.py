@@ -242,7 +242,8 @@ class Planner(Service):
                 # Another planner moved a stream first, or a fence refused the write (the
                 # partition passed on): look again shortly, after the partitions re-sync.
                 next_wake = min(next_wake, now + RETRY_AFTER_REFUSAL)
-                if self.ownership is not None:
+                if fenced:
+                    assert self.ownership is not None
                     self.ownership.resync()
             self._planned(steps, results)
             for step in steps:

@@ -47,21 +47,16 @@ UPDATE plan_cursors SET last_plan_time = :new_last, planned_count = planned_coun
 WHERE job = :job AND scope = :scope AND last_plan_time = :expected
 RETURNING 1
 """
+# Missing cursors are created never planned, due at ``at``; a cursor written by an older
+# version (no slot) gets its slot and ``at``; with ``revive``, so does one out of the index
+# or due later than ``at``.
 _ENSURE = """
 INSERT INTO plan_cursors (job, scope, last_plan_time, planned_count, next_plan_time, slot)
-VALUES (?, ?, NULL, 0, ?, ?)
+VALUES (:job, :scope, NULL, 0, :at, :slot)
 ON CONFLICT (job, scope) DO UPDATE
 SET slot = excluded.slot, next_plan_time = excluded.next_plan_time
-WHERE plan_cursors.slot IS NULL
-RETURNING 1
-"""
-_REVIVE = """
-INSERT INTO plan_cursors (job, scope, last_plan_time, planned_count, next_plan_time, slot)
-VALUES (?, ?, NULL, 0, ?, ?)
-ON CONFLICT (job, scope) DO UPDATE
-SET slot = excluded.slot, next_plan_time = excluded.next_plan_time
-WHERE plan_cursors.slot IS NULL OR plan_cursors.next_plan_time IS NULL
-   OR plan_cursors.next_plan_time > excluded.next_plan_time
+WHERE plan_cursors.slot IS NULL OR (:revive AND (plan_cursors.next_plan_time IS NULL
+   OR plan_cursors.next_plan_time > excluded.next_plan_time))
 RETURNING 1
 """
 # ``:slots`` is a JSON array of the slots asked about (the ranges spelled out: at most
@@ -166,11 +161,11 @@ def plan_cursor_ensure(
     at ``now()``, and enter those written by an older version (no slot); with ``revive``,
     also bring the existing ones out of the index or due later back to ``now()``. One
     transaction; returns how many were created or changed."""
-    sql = _REVIVE if revive else _ENSURE
     with transaction(conn):
         at = now()
         changed = 0
         for job, scope, slot in streams:
-            if conn.execute(sql, (job, scope, at, slot)).fetchone() is not None:
+            row = {"job": job, "scope": scope, "at": at, "slot": slot, "revive": revive}
+            if conn.execute(_ENSURE, row).fetchone() is not None:
                 changed += 1
         return changed
