@@ -1,4 +1,5 @@
-"""Fixtures shared by every tier: a PostgreSQL server for the tests of the PostgreSQL store.
+"""Fixtures shared by every tier: a PostgreSQL server for the tests of the PostgreSQL store
+(and, below, a Redis server and an etcd server, found the same way).
 
 ``postgres_dsn`` (once per session) finds a server, in this order:
 
@@ -17,20 +18,27 @@ Each test isolates its data in a fresh schema (``t_<hex>``) dropped afterwards.
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import pwd
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from glob import glob
 from pathlib import Path
 
 import pytest
 
+from chaos.servers import EtcdProcess, Unavailable
 from soloist.testing.isolated import IsolatedStores
 
 LOCAL_DSNS = ("postgresql://127.0.0.1:5432/test", "postgresql:///test")
@@ -251,3 +259,111 @@ def make_redis_url(redis_server: str) -> Iterator[Callable[[], str]]:
 def redis_url(make_redis_url: Callable[[], str]) -> str:
     """A store URL on the session's server, with a fresh key prefix of its own."""
     return make_redis_url()
+
+
+# -- etcd -----------------------------------------------------------------------------------
+# ``etcd_server`` (once per session) finds a server as ``redis_server`` does: the URL in
+# ``SOLOIST_TEST_ETCD_URL``; else 127.0.0.1:2379 if it answers ``GET /health``; else a
+# throwaway one-member ``etcd`` from the local binary on free client and peer ports with a
+# temporary data directory (:class:`chaos.servers.EtcdProcess`, stopped and deleted at the
+# end of the session); else a loud skip, or a failure with ``CI=true``. The health check is
+# plain HTTP(S), so that this file needs no etcd driver. Each test gets a fresh key prefix
+# whose keys are deleted afterwards.
+LOCAL_ETCD = "etcd://127.0.0.1:2379"
+
+
+def etcd_unreachable(url: str) -> str | None:
+    """None if the first endpoint of ``url`` answers ``GET /health`` with
+    ``{"health": "true"}``, else why not (``etcds://``: over TLS with the URL's ``ca``,
+    ``cert`` and ``key``)."""
+    scheme, _, rest = url.partition("://")
+    location, _, query = rest.partition("?")
+    endpoint = location.rstrip("/").rpartition("@")[2].split(",")[0]
+    if not re.search(r"(^[^\[]*|\]):\d+$", endpoint):  # host, [v6]: no port
+        endpoint += ":2379"
+    health = f"{'https' if scheme == 'etcds' else 'http'}://{endpoint}/health"
+    try:
+        context = None
+        if scheme == "etcds":
+            options = dict(urllib.parse.parse_qsl(query))
+            context = ssl.create_default_context(cafile=options.get("ca"))
+            if options.get("cert"):
+                context.load_cert_chain(options["cert"], options.get("key"))
+        with urllib.request.urlopen(health, timeout=3, context=context) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:  # 503 with a body: not healthy (no leader...)
+        return f"GET {health}: {exc.code} {exc.read()[:200]!r}"
+    except (OSError, http.client.HTTPException) as exc:
+        return f"GET {health}: {exc}"
+    try:
+        healthy = json.loads(body).get("health") == "true"
+    except (ValueError, AttributeError):
+        healthy = False
+    return None if healthy else f"GET {health}: {body[:200]!r}"
+
+
+def start_throwaway_etcd() -> tuple[str, Callable[[], None]] | str:
+    """Start a private one-member etcd; return (its URL, a function that stops it and
+    deletes its data), or the reason it could not be started."""
+    workdir = Path(tempfile.mkdtemp(prefix="soloist-etcd-"))
+    try:
+        member = EtcdProcess(workdir / "data", _free_port(), _free_port())
+    except Unavailable as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return str(exc)
+
+    def stop() -> None:
+        member.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    try:
+        member.start(wait=False)
+        member.wait_ready(30)
+    except (OSError, AssertionError) as exc:
+        stop()
+        return f"etcd did not become healthy on port {member.client_port}: {exc}"
+    return member.url, stop
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[str]:
+    """The URL of an etcd server for this session (see the comment above)."""
+    explicit = os.environ.get("SOLOIST_TEST_ETCD_URL")
+    if explicit:
+        problem = etcd_unreachable(explicit)
+        if problem is not None:
+            pytest.fail(f"SOLOIST_TEST_ETCD_URL={_masked(explicit)} does not answer: {problem}")
+        yield explicit
+        return
+    if etcd_unreachable(LOCAL_ETCD) is None:
+        yield LOCAL_ETCD
+        return
+    started = start_throwaway_etcd()
+    if not isinstance(started, str):
+        url, stop = started
+        try:
+            yield url
+        finally:
+            stop()
+        return
+    reason = (
+        "etcd TESTS NOT RUN: no server. Set SOLOIST_TEST_ETCD_URL=etcd://..., run one at "
+        f"{LOCAL_ETCD}, or install etcd (Debian: etcd-server) ({started})"
+    )
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def make_etcd_url(etcd_server: str) -> Iterator[Callable[[], str]]:
+    """Makes store URLs on the session's server, each with a fresh key prefix
+    (``t-<hex>``); the keys of every prefix made are deleted afterwards."""
+    with IsolatedStores(etcd_server, label="t") as isolated:
+        yield isolated.url
+
+
+@pytest.fixture
+def etcd_url(make_etcd_url: Callable[[], str]) -> str:
+    """A store URL on the session's server, with a fresh key prefix of its own."""
+    return make_etcd_url()

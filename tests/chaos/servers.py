@@ -12,11 +12,21 @@ starts it again on the same port and data directory.
 
 Both raise :class:`Unavailable` with the reason when the binaries are missing, so that the
 fixture can skip (or, with ``CI=true``, fail).
+
+:class:`EtcdProcess`: a one-member ``etcd`` cluster on given client and peer ports and a
+given data directory, which it keeps: ``kill()`` (SIGKILL) or ``stop()`` (SIGTERM) and
+``start()`` again is a restart of the member with what it had written (etcd fsyncs its WAL
+before it acknowledges). It raises :class:`Unavailable` too when there is no ``etcd``
+binary (Debian: package ``etcd-server``). The session's throwaway etcd (``etcd_server`` in
+tests/conftest.py) is one of these.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
+import platform
 import pwd
 import re
 import shutil
@@ -25,6 +35,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from glob import glob
 from pathlib import Path
 
@@ -192,3 +203,111 @@ class RedisServer:
     def log(self) -> str:
         path = self.dir / "server.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+class EtcdProcess:
+    """One ``etcd`` member on ``client_port`` and ``peer_port`` (127.0.0.1) with its data in
+    ``data_dir`` (created by etcd if missing; never deleted here), restartable on that data.
+    Its output goes to ``<data_dir>.log`` beside the data directory, read by :meth:`log`."""
+
+    def __init__(self, data_dir: Path, client_port: int, peer_port: int) -> None:
+        binary = shutil.which("etcd")
+        if binary is None:
+            raise Unavailable("no etcd in PATH (Debian: apt-get install etcd-server)")
+        self.binary = binary
+        self.data_dir = Path(data_dir)
+        self.client_port = client_port
+        self.peer_port = peer_port
+        self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The store URL of the member (no prefix: add ``?prefix=...``)."""
+        return f"etcd://127.0.0.1:{self.client_port}"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}/health"
+
+    def argv(self) -> list[str]:
+        client = f"http://127.0.0.1:{self.client_port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        return [
+            self.binary, "--name", "default", "--data-dir", str(self.data_dir),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"default={peer}", "--logger", "zap", "--log-outputs", "stderr",
+        ]  # fmt: skip
+
+    def start(self, wait: bool = True) -> None:
+        """Start the member (on the data it has, if any); unless ``wait`` is false, wait
+        until it is ready (:meth:`wait_ready`, 30 s)."""
+        if self.running():
+            raise AssertionError(f"etcd on port {self.client_port} is already running")
+        # ETCD_* variables of the caller's environment would clash with the flags (etcd
+        # refuses a variable shadowed by a flag); etcd 3.4 runs on arm64 only when told.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
+        if platform.machine().lower() in ("aarch64", "arm64"):
+            env["ETCD_UNSUPPORTED_ARCH"] = "arm64"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the process keeps it
+        self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
+        if wait:
+            self.wait_ready(30)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def healthy(self) -> bool:
+        """Whether the member answers ``GET /health`` with ``{"health": "true"}`` (it has
+        a leader: itself)."""
+        try:
+            with urllib.request.urlopen(self.health_url, timeout=1) as response:
+                return json.loads(response.read()).get("health") == "true"
+        except (OSError, ValueError, http.client.HTTPException):
+            return False
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until the member is healthy; raise AssertionError (with the end of its log)
+        if it exits or is not healthy within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.healthy():
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(
+                    f"etcd exited with status {self.proc.returncode}:\n{self.log()[-2000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"etcd on port {self.client_port} not healthy after {timeout}s:\n"
+                    f"{self.log()[-2000:]}"
+                )
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL the member and wait for it to be gone (its data directory stays)."""
+        self._signal(signal.SIGKILL)
+
+    def stop(self) -> None:
+        """SIGTERM the member and wait for it to exit (SIGKILL after 20 s); safe to call
+        again. Its data directory stays."""
+        self._signal(signal.SIGTERM)
+
+    def restart(self, hard: bool = False) -> None:
+        """Stop the member (SIGTERM; SIGKILL with ``hard``), start it again on the same
+        data and ports, and wait until it is ready."""
+        self._signal(signal.SIGKILL if hard else signal.SIGTERM)
+        self.start()
+
+    def _signal(self, signum: signal.Signals) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signum)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

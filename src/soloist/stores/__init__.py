@@ -1,5 +1,5 @@
 """Store implementations, selected by URL scheme (``sqlite:///path``, ``memory://``,
-``postgresql://...``, ``redis://...``).
+``postgresql://...``, ``redis://...``, ``etcd://...``).
 
 Drivers are imported lazily so that the core never imports one it does not use.
 """
@@ -42,6 +42,8 @@ DRIVERS: dict[str, Driver] = {
     "postgres": Driver("soloist.stores.postgres", "PostgresStore", "postgres", "psycopg 3"),
     "redis": Driver("soloist.stores.redis", "RedisStore", "redis", "redis-py"),
     "rediss": Driver("soloist.stores.redis", "RedisStore", "redis", "redis-py"),
+    "etcd": Driver("soloist.stores.etcd", "EtcdStore", "etcd", "aetcd"),
+    "etcds": Driver("soloist.stores.etcd", "EtcdStore", "etcd", "aetcd"),
 }
 SCHEMES = tuple(DRIVERS)
 

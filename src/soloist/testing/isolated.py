@@ -2,7 +2,7 @@
 removed afterwards.
 
 soloist's own tests, its benchmark and anyone running the conformance suite against
-their own PostgreSQL or Redis server need the same thing: a store URL that no other
+their own PostgreSQL, Redis or etcd server need the same thing: a store URL that no other
 test sees, and nothing left behind. :class:`IsolatedStores` makes such URLs on the
 server of a base URL, one kind of storage per store:
 
@@ -10,6 +10,8 @@ server of a base URL, one kind of storage per store:
   dropped with ``DROP SCHEMA ... CASCADE``;
 * Redis: a new key prefix (``<label>-<hex>``; the URL's ``prefix`` option replaced), its
   keys deleted with ``SCAN`` and ``UNLINK``;
+* etcd: a new key prefix (``<label>-<hex>``: keys under ``/<label>-<hex>/``; the URL's
+  ``prefix`` parameter replaced), every key under it deleted;
 * SQLite: a new file in ``directory`` (else a temporary directory of its own; the path of
   the base URL only selects the kind of store), deleted with its ``-wal`` and ``-shm``;
 * memory: ``memory://`` itself (every store opened on it is new and empty).
@@ -52,7 +54,7 @@ from soloist.stores.urls import mask_url
 __all__ = ["IsolatedStores"]
 
 #: Store kinds by URL scheme (the aliases folded).
-KINDS = {"postgres": "postgresql", "rediss": "redis"}
+KINDS = {"postgres": "postgresql", "rediss": "redis", "etcds": "etcd"}
 # Lower case so that it is a valid PostgreSQL schema name once '-' becomes '_', and short
 # enough that a schema name (label, '_', 12 hex digits) stays within 55 characters.
 _LABEL = re.compile(r"[a-z][a-z0-9_-]{0,39}")
@@ -63,8 +65,9 @@ class IsolatedStores:
     of it again with :meth:`aremove` (or :meth:`remove`, or on leaving ``async with`` /
     ``with``).
 
-    ``label`` starts every name made (``t``: schemas ``t_<hex>``, prefixes ``t-<hex>``,
-    files ``t-<hex>.db``): lower-case letters, digits, ``_`` and ``-``, at most 40.
+    ``label`` starts every name made (``t``: schemas ``t_<hex>``, Redis and etcd prefixes
+    ``t-<hex>``, files ``t-<hex>.db``): lower-case letters, digits, ``_`` and ``-``, at
+    most 40.
     ``directory`` holds the SQLite files; without it, a temporary directory is made and
     deleted at removal. Raises :class:`~soloist.errors.ConfigError` for an unknown store
     URL and ``ValueError`` for a bad label."""
@@ -83,13 +86,13 @@ class IsolatedStores:
                 "'-', starting with a letter"
             )
         self.base_url = url
-        #: ``postgresql``, ``redis``, ``sqlite`` or ``memory``.
+        #: ``postgresql``, ``redis``, ``etcd``, ``sqlite`` or ``memory``.
         self.kind = KINDS.get(scheme, scheme)
-        if self.kind not in ("postgresql", "redis", "sqlite", "memory"):
+        if self.kind not in ("postgresql", "redis", "etcd", "sqlite", "memory"):
             # Never hand out the given store itself as "fresh" storage.
             raise ConfigError(
                 f"IsolatedStores cannot isolate {self.kind!r} stores ({mask_url(url)}): "
-                "expected a postgresql, redis, sqlite or memory URL"
+                "expected a postgresql, redis, etcd, sqlite or memory URL"
             )
         if self.kind == "postgresql" and label.startswith("pg_"):
             raise ValueError(f"invalid label {label!r}: PostgreSQL schema names cannot start 'pg_'")
@@ -110,7 +113,7 @@ class IsolatedStores:
         if self.kind == "postgresql":
             name = name.replace("-", "_")
             made = _with_parameter(self.base_url, "schema", name)
-        elif self.kind == "redis":
+        elif self.kind in ("redis", "etcd"):
             name = name.replace("_", "-")
             made = _with_parameter(self.base_url, "prefix", name)
         elif self.kind == "sqlite":
@@ -141,6 +144,10 @@ class IsolatedStores:
             from soloist.stores.redis.isolation import delete_prefixes
 
             await delete_prefixes(self.base_url, names)
+        elif self.kind == "etcd" and names:
+            from soloist.stores.etcd.isolation import delete_prefixes as delete_etcd_prefixes
+
+            await delete_etcd_prefixes(self.base_url, names)
         elif self.kind == "sqlite":
             from soloist.stores.sqlite.isolation import remove_database
 
