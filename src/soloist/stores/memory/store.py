@@ -35,8 +35,8 @@ from soloist.models import (
     stream_slot,
 )
 from soloist.payload import validate_payload
+from soloist.stores import rows
 from soloist.stores.core import Capabilities
-from soloist.stores.memory import rows
 from soloist.stores.memory.coordination import Elections, Instances
 
 __all__ = ["MemoryStore"]

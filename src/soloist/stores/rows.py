@@ -1,4 +1,5 @@
-"""The memory store's values: occurrences and jobs as it keeps them, copies handed out."""
+"""Occurrences and jobs as values: the row transitions every store in Python makes (the memory
+store and the etcd store), and copies handed out."""
 
 from __future__ import annotations
 
