@@ -1,0 +1,327 @@
+"""What only the etcd store does: its URL, etcd's request limits, the history bound, the
+watch that wakes idle instances, the member's clock, TLS and authentication."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from chaos.servers import EtcdProcess, free_port
+from soloist.clock import SystemClock
+from soloist.errors import ConfigError, PayloadError, StoreError
+from soloist.models import (
+    Claimed,
+    JobRecord,
+    Kind,
+    NewOccurrence,
+    Outcome,
+    PlanAdvance,
+    State,
+)
+from soloist.stores import open_store
+from soloist.stores.etcd import EtcdStore, parse_url
+from soloist.testing.clock import FakeClock
+
+T0 = FakeClock().now()
+TTL = timedelta(seconds=30)
+
+
+def occurrence(key: str, *, task: str = "t", seconds: int = 0, payload: dict | None = None):
+    at = T0 + timedelta(seconds=seconds)
+    return NewOccurrence(
+        dedupe_key=key,
+        job="j",
+        task=task,
+        scope="",
+        plan_time=at,
+        due_at=at,
+        kind=Kind.TASK,
+        payload=payload or {},
+    )
+
+
+# -- the URL ------------------------------------------------------------------------------------
+def test_the_url_gives_members_prefix_credentials_and_history_bounds() -> None:
+    target = parse_url("etcd://app:s3cret@10.0.0.1,10.0.0.2:2380?prefix=billing&history_max=5")
+    assert target.endpoints == ("10.0.0.1:2379", "10.0.0.2:2380")
+    assert (target.prefix, target.history_max, target.tls) == ("billing", 5, False)
+    assert (target.user, target.password) == ("app", "s3cret")
+    assert "s3cret" not in target.display and "s3cret" not in repr(target)
+    assert parse_url("etcds://h").tls and parse_url("etcd://h").history_age == timedelta(days=30)
+    assert parse_url("etcd://h?history_age=0").history_age is None
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("etcd://h?colour=red", "unknown option 'colour'"),
+        ("etcd://h?ca=/etc/hosts", "needs TLS: use 'etcds://'"),
+        ("etcds://h?cert=/etc/hosts", "needs both"),
+        ("etcds://h?ca=/no/such.pem", "invalid ca '/no/such.pem'"),
+        ("etcd://h/app", "the key prefix is an option"),
+        ("etcd://h:99999", "invalid member 'h:99999'"),
+        ("etcd://h?prefix=a/b", "invalid prefix 'a/b'"),
+        ("etcd://h?history_max=-1", "invalid history_max '-1'"),
+        ("etcd://app@h", "expected 'user:password@'"),
+        ("etcd://h?prefix=a&prefix=b", "given twice"),
+    ],
+)
+def test_a_bad_url_is_refused_naming_the_part(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match="etcd store URL") as caught:
+        open_store(url)
+    assert message in str(caught.value)
+
+
+def test_a_password_is_masked_in_errors() -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store("etcd://app:s3cret@h?nope=1")
+    assert "s3cret" not in str(caught.value) and "***" in str(caught.value)
+
+
+# -- etcd's limits ------------------------------------------------------------------------------
+async def test_batches_beyond_one_transaction_are_split(etcd_url: str) -> None:
+    """etcd takes at most 128 operations and 1.5 MiB per request: a batch of 300 inserts,
+    claims, completions, a plan step with 300 items and 300 jobs are split, and all apply."""
+    store = EtcdStore(etcd_url, clock=FakeClock())
+    try:
+        await store.migrate()
+        created = await store.occurrence_insert_many([occurrence(f"k{n}") for n in range(300)])
+        assert created == 300
+        claimed = await store.occurrence_claim("i1", ["t"], 300, TTL, now=T0)
+        assert len(claimed) == 300 and len({o.id for o in claimed}) == 300
+        outcomes = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in claimed]
+        assert len(await store.occurrence_complete("i1", outcomes, now=T0)) == 300
+        items = [occurrence(f"p{n}", seconds=n) for n in range(300)]
+        last = items[-1].plan_time
+        step = PlanAdvance("j", "", None, last, 300, items, next_plan_time=None)
+        assert await store.plan_advance_many([step]) == [True]
+        cursor = await store.plan_cursor_get("j", "")
+        assert cursor is not None and (cursor.last_plan_time, cursor.planned_count) == (last, 300)
+        assert len(await store.occurrence_claim("i1", ["t"], 1000, TTL, now=last)) == 300
+        jobs = [JobRecord(f"job{n:03d}", "t", {"every": "1m"}) for n in range(300)]
+        await store.job_upsert(jobs)
+        assert [j.name for j in await store.job_list()] == [j.name for j in jobs]
+    finally:
+        await store.close()
+
+
+async def test_a_payload_too_large_for_etcd_is_refused_by_name(etcd_url: str) -> None:
+    store = EtcdStore(etcd_url, clock=FakeClock())
+    try:
+        await store.migrate()
+        big = occurrence("huge", payload={"blob": "x" * 600_000})
+        with pytest.raises(PayloadError, match="payload of 'huge' is 600012 bytes"):
+            await store.occurrence_insert(big)
+        assert await store.occurrence_list() == []
+    finally:
+        await store.close()
+
+
+# -- history ------------------------------------------------------------------------------------
+async def test_history_is_trimmed_to_history_max_with_its_keys(etcd_url: str) -> None:
+    """Finished occurrences beyond ``history_max`` go, with their attempts and dedupe keys;
+    waiting and running ones stay."""
+    clock = FakeClock()
+    store = EtcdStore(f"{etcd_url}&history_max=5", clock=clock)
+    try:
+        await store.migrate()
+        await store.occurrence_insert_many([occurrence(f"k{n}") for n in range(14)])
+        claimed = await store.occurrence_claim("i1", ["t"], 12, TTL, now=T0)
+        finished = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in claimed[:10]]
+        await store.occurrence_complete("i1", finished, now=T0)
+        await store.trim_history()
+        states = sorted(o.state.value for o in await store.occurrence_list(limit=100))
+        assert states == ["running"] * 2 + ["scheduled"] * 2 + ["succeeded"] * 5
+        gone = claimed[0]
+        assert await store.occurrence_get(gone.id) is None
+        assert await store.occurrence_attempts(gone.id) == []
+        # Its dedupe key went with it: the key can be inserted again.
+        assert (await store.occurrence_insert(occurrence(gone.dedupe_key)))[1] is True
+    finally:
+        await store.close()
+
+
+# -- wake-ups -----------------------------------------------------------------------------------
+async def test_work_wait_wakes_on_an_insert_by_another_handle(etcd_url: str) -> None:
+    waiter, writer = EtcdStore(etcd_url), EtcdStore(etcd_url)
+    try:
+        await waiter.migrate()
+        await waiter.listen()
+        assert await waiter.work_wait(0.2) is False
+        waiting = asyncio.create_task(waiter.work_wait(10))
+        await asyncio.sleep(0.1)
+        await writer.occurrence_insert(occurrence("wake"))
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(waiting, 5) is True
+        assert asyncio.get_running_loop().time() - started < 1
+    finally:
+        await waiter.close()
+        await writer.close()
+
+
+# -- the member's clock -------------------------------------------------------------------------
+async def test_the_store_clock_is_the_members(etcd_url: str) -> None:
+    """Without a given clock the store reads the member's: on this machine it is the local
+    clock, measured from whole-second Date headers to within a few milliseconds."""
+    store = EtcdStore(etcd_url)
+    try:
+        await store.migrate()
+        for _ in range(3):
+            gap = (await store.now() - SystemClock().now()).total_seconds()
+            assert abs(gap) < 0.05, gap
+    finally:
+        await store.close()
+
+
+_SKEWED = """
+import asyncio, sys, time
+from soloist.stores.etcd import EtcdStore
+
+async def main():
+    store = EtcdStore(sys.argv[1])
+    await store.migrate()
+    print((await store.now()).timestamp(), time.time())
+    await store.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("skew", ["+30", "-30"])
+def test_a_skewed_local_clock_does_not_move_the_store_clock(
+    etcd_url: str, skew: str, faketime_library: str
+) -> None:
+    """A process whose clock libfaketime moves 30 s still gets the member's time (the
+    same measurement as above, through the Date header)."""
+    env = {**os.environ, "LD_PRELOAD": faketime_library, "FAKETIME": f"{skew}s"}
+    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    # Debian 12's libfaketime breaks time.sleep under these settings: the chaos suite's fix.
+    env["PYTHONPATH"] = str(Path(__file__).parents[1] / "chaos" / "faketime_fix")
+    done = subprocess.run(
+        [sys.executable, "-c", _SKEWED, etcd_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    store_time, local_time = map(float, done.stdout.split())
+    real = SystemClock().now().timestamp()
+    assert abs(local_time - real - int(skew)) < 5, "libfaketime did not move the clock"
+    assert abs(store_time - real) < 2
+
+
+@pytest.fixture
+def faketime_library() -> str:
+    found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    if not found:
+        if os.environ.get("CI") == "true":
+            pytest.fail("libfaketime is missing (Debian: libfaketime); .ci/run installs it")
+        pytest.skip("libfaketime is not installed (Debian: libfaketime)")
+    return str(found[0])
+
+
+# -- TLS and authentication ---------------------------------------------------------------------
+class _TlsEtcd(EtcdProcess):
+    """A member serving clients over TLS with the certificate of ``certs``."""
+
+    def __init__(self, data_dir: Path, certs: Path) -> None:
+        super().__init__(data_dir, free_port(), free_port())
+        self.certs = certs
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        plain = f"http://127.0.0.1:{self.client_port}"
+        argv = [a.replace(plain, f"https://127.0.0.1:{self.client_port}") for a in argv]
+        return [
+            *argv,
+            "--cert-file", str(self.certs / "server.pem"),
+            "--key-file", str(self.certs / "server-key.pem"),
+        ]  # fmt: skip
+
+    def healthy(self) -> bool:
+        import ssl
+        import urllib.request
+
+        context = ssl.create_default_context(cafile=str(self.certs / "ca.pem"))
+        url = f"https://127.0.0.1:{self.client_port}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=1, context=context) as response:
+                return json.loads(response.read()).get("health") == "true"
+        except OSError:
+            return False
+
+
+def _certificates(directory: Path) -> Path:
+    """A CA and a server certificate for 127.0.0.1, made with openssl."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+            "-keyout", "ca-key.pem", "-out", "ca.pem")  # fmt: skip
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+            "-keyout", "server-key.pem", "-out", "server.csr")  # fmt: skip
+    (directory / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+            "-CAcreateserial", "-days", "2", "-extfile", "ext.cnf",
+            "-out", "server.pem")  # fmt: skip
+    return directory
+
+
+async def _enable_auth(url: str, password: str) -> None:
+    """Create the root user with ``password`` and turn authentication on."""
+    from aetcd import rpc
+
+    from soloist.stores.deadlines import Deadlines
+    from soloist.stores.etcd.connections import Connections
+
+    conns = Connections(parse_url(url), Deadlines.from_ttl(None))
+    try:
+        channel = await conns._channel()
+        auth = rpc.AuthStub(channel.channel)
+        await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password=password))
+        await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"))
+        await auth.AuthEnable(rpc.AuthEnableRequest())
+    finally:
+        await conns.close_all()
+
+
+async def test_etcds_with_a_password_runs_the_store_over_tls(tmp_path: Path) -> None:
+    """``etcds://root:...@host?ca=...``: TLS checked against the given CA, the user
+    authenticated; a wrong password is a StoreError that does not show it."""
+    certs = _certificates(tmp_path)
+    member = _TlsEtcd(tmp_path / "data", certs)
+    try:
+        member.start()
+        ca = urllib.parse.quote(str(certs / "ca.pem"))
+        base = f"127.0.0.1:{member.client_port}?prefix=tls&ca={ca}"
+        await _enable_auth(f"etcds://{base}", "pw-1")
+        store = EtcdStore(f"etcds://root:pw-1@{base}")
+        try:
+            await store.migrate()
+            (occ, created) = await store.occurrence_insert(occurrence("over-tls"))
+            claimed = await store.occurrence_claim("i1", ["t"], 1, TTL)
+            assert created and [o.id for o in claimed] == [occ.id]
+            assert await store.lease_renew("i1", [Claimed(occ.id, 1)], TTL) == {occ.id}
+        finally:
+            await store.close()
+        wrong = EtcdStore(f"etcds://root:not-it@{base}")
+        with pytest.raises(StoreError) as caught:
+            await wrong.migrate()
+        assert "not-it" not in str(caught.value)
+        await wrong.close()
+        untrusted = EtcdStore(f"etcds://root:pw-1@127.0.0.1:{member.client_port}?prefix=tls")
+        with pytest.raises(StoreError):
+            await untrusted.migrate()
+        await untrusted.close()
+    finally:
+        member.stop()
