@@ -272,15 +272,15 @@ class ServerClock:
     the module docstring): :meth:`now` is the local clock plus the measured offset."""
 
     #: Offsets measured in this process, by member: the stores of one process share them.
-    _known: ClassVar[dict[tuple[str, bool], tuple[float, float]]] = {}
+    _known: ClassVar[dict[tuple[tuple[str, ...], bool], tuple[float, float]]] = {}
 
     def __init__(self, target: EtcdTarget) -> None:
         self.target = target
         self._lock = asyncio.Lock()
 
     @property
-    def _key(self) -> tuple[str, bool]:
-        return (self.target.endpoints[0], self.target.tls)
+    def _key(self) -> tuple[tuple[str, ...], bool]:
+        return (self.target.endpoints, self.target.tls)
 
     async def now(self) -> datetime:
         known = self._known.get(self._key)
@@ -303,7 +303,18 @@ class ServerClock:
         self._known[self._key] = (offset, time.monotonic())
 
     def _measure(self) -> float:
-        host, _, port = self.target.endpoints[0].rpartition(":")
+        """The offset from the first member that answers."""
+        failure: Exception | None = None
+        for endpoint in self.target.endpoints:
+            try:
+                return self._measure_member(endpoint)
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    def _measure_member(self, endpoint: str) -> float:
+        host, _, port = endpoint.rpartition(":")
         host = host.strip("[]")
         conn: http.client.HTTPConnection
         if self.target.tls:
