@@ -10,7 +10,7 @@ from pathlib import Path
 import soloist
 
 SRC = Path(soloist.__file__).parent
-DRIVERS = {"sqlite3", "psycopg", "psycopg_pool", "redis"}
+DRIVERS = {"sqlite3", "psycopg", "psycopg_pool", "redis", "aetcd", "grpc"}
 
 
 def imported_modules(path: Path) -> set[str]:
