@@ -6,8 +6,9 @@ install``, or ``pip install -e ./bench``) as the package ``soloist_bench``, whic
 
 Every figure is the median of ``runs`` repetitions, each on fresh data (a new PostgreSQL
 schema, a new SQLite file, a new memory store), and comes with baselines measured in the
-same invocation (store round trips, raw SQL on PostgreSQL, a pure-Python loop) so that
-figures taken on a noisy machine can be compared as ratios. docs/benchmarks.md explains
+same invocation (store round trips, raw SQL on PostgreSQL, raw ``PING`` on Redis, raw
+reads and writes on etcd, a pure-Python loop) so that figures taken on a noisy machine can
+be compared as ratios. docs/benchmarks.md explains
 the method and the results; bench/README.md says how to rerun.
 
 * **drain**: ``tasks`` no-op tasks (an ``async`` handler returning None) are drained by 1

@@ -1,6 +1,6 @@
-"""Figures of the machine and the server alone (store round trips, raw SQL, raw PINGs, a
-pure-Python loop), measured in the same invocation so that the others can be read as
-ratios to them."""
+"""Figures of the machine and the server alone (store round trips, raw SQL, raw PINGs, raw
+etcd reads and writes, a pure-Python loop), measured in the same invocation so that the
+others can be read as ratios to them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ from typing import Any
 
 from soloist.stores import open_store
 from soloist_bench.config import BenchConfig
-from soloist_bench.targets import RawSQL, Target, raw_redis, raw_sql
+from soloist_bench.targets import (
+    RawEtcd,
+    RawSQL,
+    Target,
+    etcd_version,
+    raw_etcd,
+    raw_redis,
+    raw_sql,
+)
 
 __all__ = ["measure_baseline", "server_version"]
 
@@ -39,6 +47,11 @@ async def measure_baseline(target: Target, config: BenchConfig) -> dict[str, Any
             result["store_round_trips_per_s"] = await _rate(store.now, 1.0)
             async with raw_redis(url) as client:
                 result["ping_per_s"] = await _rate(client.ping, 1.0)
+        if target.kind == "etcd":
+            # No store.now() figure: the etcd store's clock is the member's, read from
+            # an offset kept in this process, so it makes no round trip to time.
+            async with raw_etcd(url) as etcd:
+                result.update(await _raw_etcd(etcd, config))
         return result
     finally:
         await store.close()
@@ -63,6 +76,47 @@ async def _raw_insert_rate(sql: RawSQL, schema: str, config: BenchConfig) -> flo
     return config.tasks / (time.perf_counter() - started)
 
 
+#: A value of the size of the benchmark's occurrences as the etcd store writes them (a
+#: JSON array of about 230 bytes).
+_ETCD_VALUE = b"x" * 230
+#: Puts per transaction in the raw batch: etcd's default ``--max-txn-ops``.
+_ETCD_BATCH = 128
+
+
+async def _raw_etcd(etcd: RawEtcd, config: BenchConfig) -> dict[str, float]:
+    """The etcd baselines: single-key reads (``range_per_s``, the ``PING`` of etcd: the
+    leader confirms its commit index, nothing is written); one item at a time, a put and
+    then a transaction that rewrites the key only while it is unchanged
+    (``raw_put_and_txn_items_per_s``: the fewest writes an insert and a fenced claim or
+    completion take, each a Raft entry fsynced by the members); ``config.tasks`` puts in
+    transactions of 128 (``raw_put_rows_per_s``, the raw ``INSERT`` of etcd)."""
+    key = etcd.base + b"read"
+    await etcd.put(key, _ETCD_VALUE)
+    range_per_s = await _rate(lambda: etcd.get(key), 1.0)
+    items = 0
+
+    async def put_and_txn() -> None:
+        nonlocal items
+        item = etcd.base + b"item/%d" % items
+        items += 1
+        revision = await etcd.put(item, _ETCD_VALUE)
+        if not await etcd.put_if_unchanged(item, revision, _ETCD_VALUE):
+            raise RuntimeError(f"the raw etcd transaction on {item!r} did not apply")
+
+    put_and_txn_per_s = await _rate(put_and_txn, 1.0)
+    started = time.perf_counter()
+    for offset in range(0, config.tasks, _ETCD_BATCH):
+        count = min(_ETCD_BATCH, config.tasks - offset)
+        await etcd.put_many(
+            [(etcd.base + b"row/%d" % (offset + i), _ETCD_VALUE) for i in range(count)]
+        )
+    return {
+        "range_per_s": range_per_s,
+        "raw_put_and_txn_items_per_s": put_and_txn_per_s,
+        "raw_put_rows_per_s": config.tasks / (time.perf_counter() - started),
+    }
+
+
 async def _rate(call: Callable[[], Awaitable[object]], seconds: float) -> float:
     count, started = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - started) < seconds:
@@ -80,6 +134,8 @@ def _python_loops() -> float:
 
 
 async def server_version(target: Target) -> str | None:
+    if target.kind == "etcd":
+        return await etcd_version(target.url)
     if target.kind != "postgresql":
         return None
     async with raw_sql(target.url) as sql:

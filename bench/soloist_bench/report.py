@@ -71,10 +71,15 @@ def ratios(report: dict[str, Any]) -> dict[str, float]:
                 )
             if "ping_per_s" in base:
                 ratios[f"drain_{processes}_over_ping"] = figures["per_s"] / base["ping_per_s"]
+            if "range_per_s" in base:
+                ratios[f"drain_{processes}_over_range"] = figures["per_s"] / base["range_per_s"]
+                ratios[f"drain_{processes}_over_raw_put_and_txn"] = (
+                    figures["per_s"] / base["raw_put_and_txn_items_per_s"]
+                )
     tick = report.get("planning", {}).get("tick")
     if tick is not None:
         # A tick's cost in raw round trips of the same server: comparable across runs.
-        for name in ("select_1_per_s", "ping_per_s"):
+        for name in ("select_1_per_s", "ping_per_s", "range_per_s"):
             if name in base:
                 ratios[f"planning_tick_in_{name[:-6]}_round_trips"] = (
                     tick["large"]["tick_ms"] / 1000 * base[name]
@@ -82,6 +87,10 @@ def ratios(report: dict[str, Any]) -> dict[str, float]:
     if "raw_insert_rows_per_s" in base and "enqueue" in report:
         ratios["insert_many_over_raw_insert"] = (
             report["enqueue"]["insert_many_rows_per_s"] / base["raw_insert_rows_per_s"]
+        )
+    if "raw_put_rows_per_s" in base and "enqueue" in report:
+        ratios["insert_many_over_raw_put"] = (
+            report["enqueue"]["insert_many_rows_per_s"] / base["raw_put_rows_per_s"]
         )
     return ratios
 
@@ -94,7 +103,8 @@ def table(result: dict[str, Any]) -> Iterator[str]:
         f"{result['settings']['tasks']} tasks, median of {result['settings']['runs']} runs"
     )
     for store in result["stores"]:
-        version = f" (PostgreSQL {store['server_version']})" if store["server_version"] else ""
+        server = {"postgresql": "PostgreSQL", "etcd": "etcd"}.get(store["kind"], store["kind"])
+        version = f" ({server} {store['server_version']})" if store["server_version"] else ""
         yield ""
         yield f"{store['kind']}{version}: {store['store']}"
         yield ""
@@ -162,6 +172,16 @@ def _baseline_rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
         yield (
             "baseline: raw INSERT rows/s (batches of 1000)",
             f"{base['raw_insert_rows_per_s']:,.0f}",
+        )
+    if "range_per_s" in base:
+        yield "baseline: etcd single-key Range round trips/s", f"{base['range_per_s']:,.0f}"
+        yield (
+            "baseline: etcd put + fenced txn, items/s (one at a time)",
+            f"{base['raw_put_and_txn_items_per_s']:,.0f}",
+        )
+        yield (
+            "baseline: etcd raw puts rows/s (transactions of 128)",
+            f"{base['raw_put_rows_per_s']:,.0f}",
         )
     yield "baseline: pure-Python loop iterations/s", f"{base['python_loops_per_s']:,.0f}"
     for name, value in store["ratios"].items():

@@ -110,6 +110,60 @@ async def test_bench_baselines_on_postgres_measure_the_raw_server(postgres_dsn: 
     assert figures["select_1_per_s"] > 0 and figures["store_round_trips_per_s"] > 0
 
 
+async def test_bench_baselines_on_etcd_measure_the_raw_server(etcd_server: str) -> None:
+    """The etcd baselines (single-key reads, a put and a fenced transaction per item, puts
+    in transactions of 128) run on the bench's fresh key prefix, and the bench's cleanup
+    leaves no key of it behind; the server version comes from the member."""
+    from soloist.stores.deadlines import Deadlines
+    from soloist.stores.etcd.connections import Connections, prefix_end
+    from soloist.stores.etcd.url import parse_url
+    from soloist_bench.baselines import measure_baseline, server_version
+    from soloist_bench.config import BenchConfig
+    from soloist_bench.targets import Target
+
+    target = Target(etcd_server)
+    config = BenchConfig(stores=[etcd_server], tasks=300)
+    try:
+        figures = await measure_baseline(target, config)
+        version = await server_version(target)
+    finally:
+        await target.cleanup()
+    assert figures["range_per_s"] > 0 and figures["raw_put_and_txn_items_per_s"] > 0
+    assert figures["raw_put_rows_per_s"] > 0
+    assert "store_round_trips_per_s" not in figures  # store.now() makes no round trip
+    assert version is not None and version[0].isdigit()
+    conns = Connections(parse_url(etcd_server), Deadlines.from_ttl(None))
+    try:
+        left = await conns.range(
+            b"/soloist_bench-", prefix_end(b"/soloist_bench-"), count_only=True
+        )
+    finally:
+        await conns.close_all()
+    assert left.count == 0
+
+
+def test_bench_ratios_read_etcd_figures_against_its_baselines() -> None:
+    """On etcd the drain is read against single-key reads and one-at-a-time put and
+    transaction pairs, and insert_many against raw puts, of the same run."""
+    from soloist_bench.report import ratios
+
+    report = {
+        "baseline": {
+            "python_loops_per_s": 2e6,
+            "range_per_s": 1000.0,
+            "raw_put_and_txn_items_per_s": 100.0,
+            "raw_put_rows_per_s": 8000.0,
+        },
+        "drain": {"2": {"per_s": 500.0}},
+        "enqueue": {"insert_many_rows_per_s": 2000.0},
+    }
+    found = ratios(report)
+    assert found["drain_2_over_range"] == 0.5
+    assert found["drain_2_over_raw_put_and_txn"] == 5.0
+    assert found["insert_many_over_raw_put"] == 0.25
+    assert not any("ping" in name or "select_1" in name for name in found)
+
+
 def test_bench_planning_figure_on_sqlite(tmp_path: Path) -> None:
     """``--only planning`` at a tiny size on SQLite: tick cost over a 1,000-stream index
     against its 10 due streams (3 round trips a tick either way), and 50 dynamic schedules
