@@ -8,7 +8,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.parse
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,7 +25,9 @@ from soloist.models import (
     Kind,
     NewOccurrence,
     Outcome,
+    Overlap,
     PlanAdvance,
+    PlanFence,
     State,
 )
 from soloist.stores import open_store
@@ -63,6 +67,8 @@ def test_the_url_gives_members_prefix_credentials_and_history_bounds() -> None:
     ("url", "message"),
     [
         ("etcd://h?colour=red", "unknown option 'colour'"),
+        ("etcd://h?colour=red&prefix=x", "unknown option"),
+        ("etcds://h?ca=/etc/hosts", "invalid ca '/etc/hosts'"),
         ("etcd://h?ca=/etc/hosts", "needs TLS: use 'etcds://'"),
         ("etcds://h?cert=/etc/hosts", "needs both"),
         ("etcds://h?ca=/no/such.pem", "invalid ca '/no/such.pem'"),
@@ -325,3 +331,131 @@ async def test_etcds_with_a_password_runs_the_store_over_tls(tmp_path: Path) -> 
         await untrusted.close()
     finally:
         member.stop()
+
+
+# -- found by review: each of these failed on the first version of the store --------------------
+async def test_a_long_fenced_catch_up_applies_while_its_partition_is_renewed(
+    etcd_url: str,
+) -> None:
+    """A plan step too long for one request is a chain of atomic links; the fence is the
+    lease's epoch, which the holder's own renewals keep, so renewing meanwhile refuses
+    nothing."""
+    store = EtcdStore(etcd_url, clock=FakeClock())
+    try:
+        await store.migrate()
+        (lease,) = await store.partition_sync("i1", [0], TTL)
+        items = [occurrence(f"c{n}", seconds=n, payload={"pad": "x" * 2000}) for n in range(600)]
+        last = items[-1].plan_time
+        fence = PlanFence(0, lease.epoch)
+        step = PlanAdvance("j", "", None, last, 600, items, next_plan_time=None, fence=fence)
+
+        async def renew() -> None:
+            for _ in range(20):
+                await store.partition_sync("i1", [0], TTL)
+
+        applied, _ = await asyncio.gather(store.plan_advance_many([step]), renew())
+        assert applied == [True]
+        cursor = await store.plan_cursor_get("j", "")
+        assert cursor is not None and (cursor.last_plan_time, cursor.planned_count) == (last, 600)
+        assert len(await store.occurrence_list(limit=1000)) == 600
+    finally:
+        await store.close()
+
+
+async def test_a_refused_step_inserts_none_of_its_items(etcd_url: str) -> None:
+    store = EtcdStore(etcd_url, clock=FakeClock())
+    try:
+        await store.migrate()
+        first = PlanAdvance("j", "", None, T0, 1, [occurrence("a")])
+        assert await store.plan_advance_many([first]) == [True]
+        stale = [occurrence(f"s{n}", seconds=n) for n in range(1, 200)]
+        late = PlanAdvance("j", "", None, stale[-1].plan_time, 199, stale)
+        assert await store.plan_advance_many([late]) == [False]
+        assert [o.dedupe_key for o in await store.occurrence_list()] == ["a"]
+    finally:
+        await store.close()
+
+
+async def test_a_busy_group_does_not_hide_the_work_of_others(etcd_url: str) -> None:
+    """60 instants of one scope wait behind its running one (overlap queue); a claim
+    passes over them to another scope's due instant, as the other stores do."""
+    store = EtcdStore(etcd_url, clock=FakeClock())
+    try:
+        await store.migrate()
+
+        def queued(key: str, scope: str, seconds: int) -> NewOccurrence:
+            return replace(occurrence(key, seconds=seconds), scope=scope, overlap=Overlap.QUEUE)
+
+        await store.occurrence_insert(queued("s1-0", "s1", 0))
+        assert len(await store.occurrence_claim("i1", ["t"], 1, TTL, now=T0)) == 1
+        await store.occurrence_insert_many([queued(f"s1-{n}", "s1", n) for n in range(1, 61)])
+        await store.occurrence_insert(queued("s2-50", "s2", 50))
+        later = T0 + timedelta(seconds=70)
+        claimed = await store.occurrence_claim("i1", ["t"], 1, TTL, now=later)
+        assert [o.dedupe_key for o in claimed] == ["s2-50"]
+    finally:
+        await store.close()
+
+
+async def test_history_trimming_keeps_up_with_completions(etcd_url: str) -> None:
+    store = EtcdStore(f"{etcd_url}&history_max=100", clock=FakeClock())
+    try:
+        await store.migrate()
+        for batch in range(4):
+            keys = [f"b{batch}-{n}" for n in range(300)]
+            await store.occurrence_insert_many([occurrence(k) for k in keys])
+            claimed = await store.occurrence_claim("i1", ["t"], 300, TTL, now=T0)
+            done = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in claimed]
+            await store.occurrence_complete("i1", done, now=T0)
+        if store._trim is not None:
+            await store._trim
+        await store.trim_history()
+        counts = await store.occurrence_counts(now=T0)
+        assert counts.by_job_state == {("j", State.SUCCEEDED): 100}
+    finally:
+        await store.close()
+
+
+async def test_a_job_with_hundreds_of_scopes_is_deleted(etcd_url: str) -> None:
+    store = EtcdStore(etcd_url, clock=FakeClock())
+    try:
+        await store.migrate()
+        await store.job_upsert([JobRecord("j", "t", {"every": "1m"})])
+        streams = [("j", f"scope{n}") for n in range(200)]
+        assert await store.plan_cursor_ensure(streams, T0) == 200
+        assert await store.job_delete("j") is True
+        assert await store.job_get("j") is None
+        assert await store.plan_cursor_get("j", "scope7") is None
+        assert (await store.plan_due(T0 + TTL, 500)).streams == []
+    finally:
+        await store.close()
+
+
+async def test_a_wall_clock_step_does_not_move_the_store_clock(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offset is kept from the monotonic clock: a step of the wall clock (an NTP
+    step, a resumed VM) after the measurement changes nothing."""
+    store = EtcdStore(etcd_url)
+    try:
+        await store.migrate()
+        before = await store.now()
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 30)
+        gap = (await store.now() - before).total_seconds()
+        assert 0 <= gap < 0.5, gap
+    finally:
+        await store.close()
+
+
+async def test_a_dead_first_member_is_passed_over(etcd_url: str) -> None:
+    """Of ``etcd://dead,alive``, the first call already reaches the live member."""
+    host = parse_url(etcd_url)
+    prefix = host.prefix
+    url = f"etcd://127.0.0.1:{free_port()},{host.endpoints[0]}?prefix={prefix}"
+    store = EtcdStore(url, clock=FakeClock())
+    try:
+        await store.migrate()
+        assert (await store.occurrence_insert(occurrence("reached")))[1] is True
+    finally:
+        await store.close()

@@ -7,15 +7,15 @@ stubs and messages of its ``aetcd.rpc`` module on a channel it opens itself, bec
 ``aetcd.Client`` opens only plain-text channels (no ``etcds://``) and its ranges take no
 ``limit``.
 
-The clock. etcd keeps no wall clock that a client can read; its leases count time on
-the members. Times the store writes and compares (due times, lease expiries, elections)
-must come from one clock for every instance, or an instance whose clock is 30 s fast
-would reap the leases of healthy runners and run their work again. The store's clock is
-the member's: every HTTP answer of an etcd member carries a ``Date`` header (whole
-seconds); :class:`ServerClock` finds the instant the member's second turns over, by
-asking ``/version`` a few milliseconds apart, and keeps the offset from the local clock,
-measured again every minute. Its error is a few milliseconds, and a skewed local clock
-does not change it.
+The clock. etcd keeps no wall clock that a client can read; its leases count time on the
+members. Times the store writes and compares (due times, lease expiries, elections) must
+come from one clock for every instance, or an instance whose clock is 30 s fast would
+reap the leases of healthy runners and run their work again. The store's clock is the
+member's: every HTTP answer of an etcd member carries a ``Date`` header (whole seconds);
+:class:`ServerClock` finds the instant the member's second turns over, by asking
+``/version`` a few milliseconds apart, and keeps the offset from the local monotonic
+clock (which no wall-clock step moves), measured again every minute. Its error is a few
+milliseconds, and a skewed local clock does not change it.
 """
 
 from __future__ import annotations
@@ -79,7 +79,14 @@ class Connections:
             return found
         endpoint = self.target.endpoints[self._endpoint % len(self.target.endpoints)]
         channel = _Channel(self.target, endpoint)
-        await channel.authenticate(self.timeout)
+        try:
+            await channel.authenticate(self.timeout)
+        except BaseException:
+            # A member that does not answer, or refuses: the next call tries the next one.
+            self._endpoint += 1
+            with contextlib.suppress(Exception):
+                await channel.close()
+            raise
         self._loops[key] = channel
         return channel
 
@@ -118,16 +125,30 @@ class Connections:
         return StoreError(f"etcd store {self.target.display}: {detail}")
 
     async def _call(self, name: str, method: str, request: Any) -> Any:
-        channel = await self._channel()
-        stub = getattr(channel, name)
-        try:
-            return await getattr(stub, method)(
-                request, timeout=self.timeout, metadata=channel.metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAUTHENTICATED or exc.code() in _UNAVAILABLE:
-                await self._drop()  # an expired auth token or a member gone: start again
-            raise
+        """Call ``method``; a member that could not be reached at all (its channel never
+        answered, so the request was not delivered) is left for the next one at once."""
+        for left in range(len(self.target.endpoints) - 1, -1, -1):
+            try:
+                channel = await self._channel()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and left:
+                    continue
+                raise
+            stub = getattr(channel, name)
+            try:
+                reply = await getattr(stub, method)(
+                    request, timeout=self.timeout, metadata=channel.metadata
+                )
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.UNAUTHENTICATED or code in _UNAVAILABLE:
+                    await self._drop()  # an expired auth token or a member gone
+                if code == grpc.StatusCode.UNAVAILABLE and not channel.answered and left:
+                    continue
+                raise
+            channel.answered = True
+            return reply
+        raise AssertionError("unreachable: the last member's error is raised")
 
     # -- key-value -------------------------------------------------------------------------
     async def range(
@@ -235,6 +256,8 @@ class _Channel:
         self.lease = rpc.LeaseStub(self.channel)
         self.watch = rpc.WatchStub(self.channel)
         self.metadata: tuple[tuple[str, str], ...] | None = None
+        #: Whether the member answered a call on this channel.
+        self.answered = False
 
     async def authenticate(self, timeout: float) -> None:
         if self.target.user is None:
@@ -269,14 +292,19 @@ def range_request(
 # -- the member's clock ------------------------------------------------------------------------
 class ServerClock:
     """The clock of an etcd member, read from the ``Date`` header of its HTTP answers (see
-    the module docstring): :meth:`now` is the local clock plus the measured offset."""
+    the module docstring): :meth:`now` is the local *monotonic* clock plus the measured
+    offset, so that a step of the local wall clock (an NTP step, a resumed VM, a skew)
+    changes nothing. The offset is measured again every :data:`CLOCK_REFRESH` seconds in
+    the background; a measurement that fails keeps the last offset."""
 
-    #: Offsets measured in this process, by member: the stores of one process share them.
+    #: Offsets from the monotonic clock, and when measured, by cluster: the stores of one
+    #: process share them.
     _known: ClassVar[dict[tuple[tuple[str, ...], bool], tuple[float, float]]] = {}
 
     def __init__(self, target: EtcdTarget) -> None:
         self.target = target
         self._lock = asyncio.Lock()
+        self._refresh: asyncio.Task[None] | None = None
 
     @property
     def _key(self) -> tuple[tuple[str, ...], bool]:
@@ -284,16 +312,30 @@ class ServerClock:
 
     async def now(self) -> datetime:
         known = self._known.get(self._key)
-        if known is None or time.monotonic() - known[1] > CLOCK_REFRESH:
+        if known is None:
             async with self._lock:
-                known = self._known.get(self._key)
-                if known is None or time.monotonic() - known[1] > CLOCK_REFRESH:
+                if self._key not in self._known:
                     await self.measure()
-                    known = self._known[self._key]
-        return datetime.fromtimestamp(time.time() + known[0], UTC)
+            known = self._known[self._key]
+        elif time.monotonic() - known[1] > CLOCK_REFRESH and (
+            self._refresh is None or self._refresh.done()
+        ):
+            self._refresh = asyncio.create_task(self._measure_quietly())
+        return datetime.fromtimestamp(time.monotonic() + known[0], UTC)
+
+    async def _measure_quietly(self) -> None:
+        with contextlib.suppress(StoreUnavailableError):
+            await self.measure()
+
+    async def close(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refresh
+            self._refresh = None
 
     async def measure(self) -> None:
-        """Measure the offset now (a second at most)."""
+        """Measure the offset now (a second or two at most)."""
         try:
             offset = await asyncio.to_thread(self._measure)
         except (OSError, http.client.HTTPException, ValueError) as exc:
@@ -323,19 +365,19 @@ class ServerClock:
             )
             if self.target.cert and self.target.key:
                 context.load_cert_chain(str(self.target.cert), str(self.target.key))
-            conn = http.client.HTTPSConnection(host, int(port), timeout=5, context=context)
+            conn = http.client.HTTPSConnection(host, int(port), timeout=2, context=context)
         else:
-            conn = http.client.HTTPConnection(host, int(port), timeout=5)
+            conn = http.client.HTTPConnection(host, int(port), timeout=2)
         try:
             first: float | None = None
             previous = (0.0, 0.0)
             deadline = time.monotonic() + 2.5
             while time.monotonic() < deadline:
-                sent = time.time()
+                sent = time.monotonic()
                 conn.request("GET", "/version")
                 reply = conn.getresponse()
                 reply.read()
-                received = time.time()
+                received = time.monotonic()
                 date = reply.getheader("Date")
                 if date is None:
                     raise ValueError("the member's answer has no Date header")

@@ -22,8 +22,8 @@ __all__ = ["MAX_BYTES", "MAX_OPS", "Unit", "delete", "get", "mod_is", "put", "tx
 
 #: etcd's default ``--max-txn-ops``.
 MAX_OPS = 128
-#: A request stays under this many bytes (etcd's default limit is 1.5 MiB).
-MAX_BYTES = 1_000_000
+#: A request stays under this many bytes (etcd's default limit is 1.5 MiB, 1,572,864).
+MAX_BYTES = 1_400_000
 _EQUAL = rpc.Compare.EQUAL
 _LESS = rpc.Compare.LESS
 

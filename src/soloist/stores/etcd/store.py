@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from soloist.clock import Clock
-from soloist.errors import DuplicateJobError, PayloadError, StoreError
+from soloist.errors import DuplicateJobError, PayloadError, StoreError, StoreUnavailableError
 from soloist.models import (
     CLAIMABLE_STATES,
     RELEASED,
@@ -51,6 +51,7 @@ from soloist.stores.etcd.ops import (
     mod_is,
     pack,
     unchanged_since,
+    value_is,
 )
 from soloist.stores.etcd.url import parse_url
 from soloist.stores.existing import schema_problem
@@ -67,10 +68,13 @@ PAGE = 500
 NEXT_SCAN = 5000
 #: Finished occurrences deleted per history trim.
 TRIM_BATCH = 200
-#: Seconds between two history trims by one store (a trim also follows many finishes).
-TRIM_EVERY = 1.0
+#: Items, and bytes (each occurrence is stored twice while it waits), of one plan write.
+STEP_ITEMS = 64
+STEP_BYTES = 900_000
 #: Read-and-write rounds of one claim while other claimers take its candidates first.
 CLAIM_ROUNDS = 100
+#: Candidates a claim passes over (held back by a running sibling) before it gives up.
+MAX_BLOCKED = 1000
 _TERMINAL = (State.SUCCEEDED, State.DEAD, State.SKIPPED)
 
 
@@ -106,7 +110,7 @@ class EtcdStore:
         self._watch: asyncio.Task[None] | None = None
         self._woken: asyncio.Event | None = None
         self._fresh = False
-        self._trimmed_at = 0.0
+        self._trim: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"EtcdStore({self.target.display})"
@@ -217,11 +221,17 @@ class EtcdStore:
             raise problem
 
     async def close(self) -> None:
+        if self._trim is not None:
+            self._trim.cancel()
+            with contextlib.suppress(BaseException):
+                await self._trim
+            self._trim = None
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(BaseException):
                 await self._watch
             self._watch = None
+        await self._server.close()
         leases, self._leases = list(self._leases.values()), {}
         for lease in leases:
             with contextlib.suppress(Exception):
@@ -272,7 +282,9 @@ class EtcdStore:
                 task.cancel()
                 with self._conns.translated(), contextlib.suppress(asyncio.CancelledError):
                     await task
-                raise StoreError(f"etcd store {self.target.display}: the watch was not created")
+                raise StoreUnavailableError(
+                    f"etcd store {self.target.display}: the watch was not created"
+                )
         return self._woken
 
     async def work_wait(self, timeout: float) -> bool:
@@ -441,87 +453,112 @@ class EtcdStore:
         now: datetime,
     ) -> tuple[list[Occurrence], bool, bool]:
         """One read and one write of a claim: the occurrences claimed, whether any was
-        skipped, and whether any change was refused (another claimer came first)."""
-        candidates, busy, revision = await self._candidates(tasks, limit, now)
+        skipped, and whether any change was refused (another claimer came first).
+        Candidates held back by a running sibling are passed over, a page at a time, up to
+        :data:`MAX_BLOCKED` of them, so that one busy group does not hide the rest."""
+        busy, revision = await self._running_groups(now)
+        due_end = codec.sort_key(now) + b"\x01"
+        # The next key to read of each task's due range; None: read to its end.
+        starts: dict[str, bytes | None] = {task: self._prefix("q", task)[0] for task in tasks}
+        page = limit * 2 + 16
         units: list[Unit] = []
         taken: list[Occurrence | None] = []
-        for kv in candidates:
-            if sum(occ is not None for occ in taken) >= limit:
+        claims = 0
+        passed = 0
+        while claims < limit and passed < MAX_BLOCKED:
+            reading = [task for task, start in starts.items() if start is not None]
+            if not reading:
                 break
-            occ = codec.occurrence(kv.value)
-            group = self._group(occ)
-            unit = Unit(compare=[mod_is(bytes(kv.key), kv.mod_revision)])
-            if occ.overlap != Overlap.ALLOW and group in busy:
-                # skip: only if a sibling was already running when this one was due;
-                # otherwise both are late and this one waits its turn, like queue.
-                if occ.overlap == Overlap.SKIP and busy[group] < occ.due_at:
-                    self._write(unit, rows.skipped(occ, now), occ)
-                    units.append(unit)
-                    taken.append(None)
-                continue
-            busy.setdefault(group, now)
-            claimed = replace(
-                occ,
-                state=State.RUNNING,
-                attempt=occ.attempt + 1,
-                fencing_token=occ.fencing_token + 1,
-                instance_id=instance_id,
-                started_at=now,
-                lease_expires_at=now + lease_ttl,
-                finished_at=None,
-                error_code=None,
-                error_message=None,
-                result=None,
+            candidates = await self._queue_heads(reading, starts, due_end, page)
+            for task in reading:
+                if len(candidates.get(task, [])) < page:
+                    starts[task] = None  # the end of its due range
+            ordered = sorted(
+                (bytes(kv.key).split(b"\0", 1)[1], kv) for kvs in candidates.values() for kv in kvs
             )
-            if occ.overlap != Overlap.ALLOW:
-                # No sibling started since the read (one that did wrote a running key of
-                # the group after it).
-                start, end = self._prefix("r", *group)
-                unit.compare.append(unchanged_since(start, end, revision))
-            self._write(unit, claimed, occ)
-            units.append(unit)
-            taken.append(claimed)
+            for _, kv in ordered:
+                if claims >= limit:
+                    break
+                occ = codec.occurrence(kv.value)
+                group = self._group(occ)
+                unit = Unit(compare=[mod_is(bytes(kv.key), kv.mod_revision)])
+                if occ.overlap != Overlap.ALLOW and group in busy:
+                    # skip: only if a sibling was already running when this one was due;
+                    # otherwise both are late and this one waits its turn, like queue.
+                    if occ.overlap == Overlap.SKIP and busy[group] < occ.due_at:
+                        self._write(unit, rows.skipped(occ, now), occ)
+                        units.append(unit)
+                        taken.append(None)
+                    else:
+                        passed += 1
+                    continue
+                busy.setdefault(group, now)
+                claimed = replace(
+                    occ,
+                    state=State.RUNNING,
+                    attempt=occ.attempt + 1,
+                    fencing_token=occ.fencing_token + 1,
+                    instance_id=instance_id,
+                    started_at=now,
+                    lease_expires_at=now + lease_ttl,
+                    finished_at=None,
+                    error_code=None,
+                    error_message=None,
+                    result=None,
+                )
+                if occ.overlap != Overlap.ALLOW:
+                    # No sibling started since the read (one that did wrote a running key
+                    # of the group after it).
+                    start, end = self._prefix("r", *group)
+                    unit.compare.append(unchanged_since(start, end, revision))
+                self._write(unit, claimed, occ)
+                units.append(unit)
+                taken.append(claimed)
+                claims += 1
         applied = await self._apply(units)
         result = [occ for occ, ok in zip(taken, applied, strict=True) if ok and occ is not None]
         skipped = any(ok and occ is None for occ, ok in zip(taken, applied, strict=True))
         return result, skipped, not all(applied)
 
-    async def _candidates(
-        self, tasks: Collection[str], limit: int, now: datetime
-    ) -> tuple[list[Any], dict[tuple[str, str, str], datetime], int]:
-        """The claimable occurrences of ``tasks`` due at ``now`` (the queue's key-values,
-        in claim order, a few more than ``limit`` per task), the earliest start of the
-        running occurrences of each overlap group, and the revision they were read at."""
-        due_end = codec.sort_key(now) + b"\x01"
-        reads = []
-        for task in tasks:
-            start, _ = self._prefix("q", task)
-            reads.append(get(start, start + due_end, limit=limit * 2 + 16))
-        running_start, running_end = self._prefix("r")
-        ordered: list[tuple[bytes, Any]] = []
-        revision = 0
+    async def _running_groups(
+        self, now: datetime
+    ) -> tuple[dict[tuple[str, str, str], datetime], int]:
+        """The earliest start of the running occurrences of each overlap group, and the
+        revision they were read at (a claim of a ``skip`` or ``queue`` candidate applies
+        only while no running key of its group was written after it)."""
+        start, end = self._prefix("r")
+        with self._conns.translated():
+            reply = await self._conns.range(start, end)
         busy: dict[tuple[str, str, str], datetime] = {}
-        for at in range(0, len(reads), MAX_OPS - 1):
-            ops = reads[at : at + MAX_OPS - 1]
-            if at == 0:
-                ops = [get(running_start, running_end), *ops]
+        for kv in reply.kvs:
+            parts = bytes(kv.key)[len(start) :].decode().split("\0")
+            started = json.loads(kv.value)[3]
+            group = (parts[0], parts[1], parts[2])
+            moment = codec.from_us(started) if started is not None else now
+            busy[group] = min(busy.get(group, moment), moment)
+        return busy, int(reply.header.revision)
+
+    async def _queue_heads(
+        self, tasks: Sequence[str], starts: dict[str, bytes | None], due_end: bytes, page: int
+    ) -> dict[str, list[Any]]:
+        """The next ``page`` due queue entries of each task from ``starts`` (moved past
+        what was read), in claim order."""
+        found: dict[str, list[Any]] = {}
+        for at in range(0, len(tasks), MAX_OPS):
+            chunk = tasks[at : at + MAX_OPS]
+            ops = []
+            for task in chunk:
+                begin = starts[task]
+                assert begin is not None
+                ops.append(get(begin, self._prefix("q", task)[0] + due_end, limit=page))
             with self._conns.translated():
                 reply = await self._conns.txn([], ops)
-            revision = revision or int(reply.header.revision)
-            responses = list(reply.responses)
-            if at == 0:
-                for kv in responses.pop(0).response_range.kvs:
-                    parts = bytes(kv.key)[len(running_start) :].decode().split("\0")
-                    started = json.loads(kv.value)[3]
-                    group = (parts[0], parts[1], parts[2])
-                    moment = codec.from_us(started) if started is not None else now
-                    busy[group] = min(busy.get(group, moment), moment)
-            for response in responses:
-                for kv in response.response_range.kvs:
-                    # Order across tasks: the key after the task (due, plan, created, id).
-                    ordered.append((bytes(kv.key).split(b"\0", 1)[1], kv))
-        ordered.sort(key=lambda pair: pair[0])
-        return [kv for _, kv in ordered], busy, revision
+            for task, response in zip(chunk, reply.responses, strict=True):
+                kvs = list(response.response_range.kvs)
+                found[task] = kvs
+                if kvs:
+                    starts[task] = bytes(kvs[-1].key) + b"\0"
+        return found
 
     async def _held(
         self, instance_id: str, claims: Sequence[Claimed]
@@ -717,12 +754,17 @@ class EtcdStore:
 
     # -- history ------------------------------------------------------------------------------
     async def _trim_soon(self, now: datetime) -> None:
-        """Trim the history unless this store did a moment ago."""
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._trimmed_at < TRIM_EVERY:
-            return
-        self._trimmed_at = loop.time()
-        await self.trim_history(now)
+        """Start trimming the history in the background unless it is under way: a trim
+        never delays, nor fails, the claim or completion that finished occurrences."""
+        if self._trim is None or self._trim.done():
+            self._trim = asyncio.create_task(self._trim_all())
+
+    async def _trim_all(self) -> None:
+        """Trim batch after batch until the history is within its bounds; a store error
+        ends it quietly (the next finished occurrence starts it again)."""
+        with contextlib.suppress(StoreError):
+            while await self.trim_history() >= TRIM_BATCH:
+                pass
 
     async def trim_history(self, now: datetime | None = None) -> int:
         """Delete the oldest finished occurrences beyond the URL's ``history_max`` and those
@@ -763,6 +805,12 @@ class EtcdStore:
     def _index_key(self, at: datetime, job: str, scope: str) -> bytes:
         return self._key("n", codec.sort_key(at), job, scope)
 
+    @staticmethod
+    def _indexed(key: bytes, skip: int) -> tuple[datetime, str, str]:
+        """The next plan time, job and scope of a planning index key."""
+        stamp, job, scope = key[skip:].split(b"\0")
+        return codec.from_sort_key(stamp), job.decode(), scope.decode()
+
     def _put_cursor(self, unit: Unit, cursor: PlanCursor, before: PlanCursor | None) -> None:
         unit.put(self._cursor_key(cursor.job, cursor.scope), codec.cursor_bytes(cursor))
         old = before.next_plan_time if before is not None else None
@@ -790,44 +838,92 @@ class EtcdStore:
         return (await self.plan_advance_many([advance]))[0]
 
     async def plan_advance_many(self, steps: Sequence[PlanAdvance]) -> list[bool]:
+        """Each step is one unit: its cursor compared (and the live key of its fence's
+        partition lease, whose value is the epoch: renewals keep it, a new holder changes
+        it, expiry deletes it). A step with more items than one etcd request holds is
+        applied as a chain of steps, each atomic and each starting where the one before
+        ended (the stream is due again at once until the last one applies); its result is
+        that of its first link: once that applied, the cursor has moved."""
         now = await self._now()
         cursors = await self._cursors([(s.job, s.scope) for s in steps])
         fences = sorted({s.fence.partition for s in steps if s.fence is not None})
-        leases = dict(
-            zip(fences, await self._gets([self._partition_key(p) for p in fences]), strict=True)
-        )
+        leases = await self._gets([self._partition_key(p) for p in fences])
+        lives = await self._gets([self._live_partition_key(p) for p in fences])
+        held = {
+            p: lease
+            for p, kv, live in zip(fences, leases, lives, strict=True)
+            if (lease := self._partition(p, kv)) is not None
+            and live is not None
+            and bytes(live.value) == str(lease.epoch).encode()
+            and lease.expires_at > now
+        }
         result = [False] * len(steps)
         units: list[Unit] = []
-        placed: list[int] = []
+        placed: list[tuple[int, list[Unit]]] = []
         for at, (step, (cursor, revision)) in enumerate(zip(steps, cursors, strict=True)):
             if (cursor.last_plan_time if cursor is not None else None) != step.expected_last:
                 continue
-            unit = Unit(compare=[mod_is(self._cursor_key(step.job, step.scope), revision)])
             if step.fence is not None:
-                kv = leases[step.fence.partition]
-                lease = self._partition(step.fence.partition, kv)
-                if lease is None or lease.epoch != step.fence.epoch or lease.expires_at <= now:
+                lease = held.get(step.fence.partition)
+                if lease is None or lease.epoch != step.fence.epoch:
                     continue
-                assert kv is not None
-                unit.compare.append(
-                    mod_is(self._partition_key(step.fence.partition), int(kv.mod_revision))
-                )
-            news = [self._new(item, now) for item in step.items]
-            # A long catch-up does not fit one request: the items beyond the first ones
-            # are inserted first (idempotent: dedupe keys), the cursor moves with the rest.
-            head, tail = news[:32], news[32:]
-            if tail:
-                await self._apply([self._insert_unit(occ) for occ in tail])
-            count = (cursor.planned_count if cursor is not None else 0) + step.added_count
-            moved = PlanCursor(step.job, step.scope, step.new_last, count, step.next_plan_time)
-            self._put_cursor(unit, moved, cursor)
-            for occ in head:
+            chain = self._chain(step, cursor, revision, now)
+            units.append(chain[0])
+            placed.append((at, chain[1:]))
+        for (at, rest), ok in zip(placed, await self._apply(units), strict=True):
+            result[at] = ok
+            for link in rest if ok else ():
+                if not (await self._apply([link]))[0]:
+                    break  # another planner moved on: it continues from the cursor
+        return result
+
+    def _chain(
+        self, step: PlanAdvance, cursor: PlanCursor | None, revision: int, now: datetime
+    ) -> list[Unit]:
+        """The units that apply ``step``: one, or a chain when its items do not fit one
+        request (links of at most :data:`STEP_ITEMS` items and :data:`STEP_BYTES`)."""
+        news = [self._new(item, now) for item in step.items]
+        links: list[list[Occurrence]] = [[]]
+        size = 0
+        for occ in news:
+            nbytes = 2 * len(codec.occurrence_bytes(occ))
+            if links[-1] and (len(links[-1]) >= STEP_ITEMS or size + nbytes > STEP_BYTES):
+                links.append([])
+                size = 0
+            links[-1].append(occ)
+            size += nbytes
+        fence = None
+        if step.fence is not None:
+            live = self._live_partition_key(step.fence.partition)
+            fence = value_is(live, str(step.fence.epoch).encode())
+        key = self._cursor_key(step.job, step.scope)
+        units = []
+        before = cursor
+        count = cursor.planned_count if cursor is not None else 0
+        added = step.added_count
+        for n, link in enumerate(links):
+            last = n == len(links) - 1
+            link_added = added if last else min(added, len(link))
+            added -= link_added
+            count += link_added
+            moved = PlanCursor(
+                step.job,
+                step.scope,
+                step.new_last if last else max(o.plan_time for o in link),
+                count,
+                step.next_plan_time if last else now,
+            )
+            if before is None or n == 0:
+                compare = [mod_is(key, revision)]
+            else:  # the cursor as the link before wrote it
+                compare = [value_is(key, codec.cursor_bytes(before))]
+            unit = Unit(compare=compare + ([fence] if fence is not None else []))
+            self._put_cursor(unit, moved, before)
+            for occ in link:
                 unit.nest(self._insert_unit(occ))
             units.append(unit)
-            placed.append(at)
-        for at, ok in zip(placed, await self._apply(units), strict=True):
-            result[at] = ok
-        return result
+            before = moved
+        return units
 
     async def plan_due(
         self,
@@ -835,26 +931,28 @@ class EtcdStore:
         limit: int,
         slots: Sequence[tuple[int, int]] | None = None,
     ) -> DueBatch:
+        """Walks the index from its start up to ``limit`` due entries in ``slots``, then
+        from ``before`` on for the next one (at most :data:`NEXT_SCAN` entries of other
+        slots looked at)."""
         start, end = self._prefix("n")
         bound = start + codec.sort_key(before) + b"\x01"
         due: list[tuple[str, str]] = []
+        async for kv in self._walk(start, bound):
+            job, scope = self._indexed(bytes(kv.key), len(start))[1:]
+            if _in_slots(stream_slot(job, scope), slots):
+                due.append((job, scope))
+                if len(due) >= limit:
+                    break
         next_at: datetime | None = None
         scanned = 0
-        async for kv in self._walk(start, end):
-            stamp, job_b, scope_b = bytes(kv.key)[len(start) :].split(b"\0")
-            job, scope = job_b.decode(), scope_b.decode()
-            if not _in_slots(stream_slot(job, scope), slots):
-                if bytes(kv.key) >= bound:
-                    scanned += 1
-                    if scanned >= NEXT_SCAN:
-                        break
-                continue
-            if bytes(kv.key) < bound:
-                if len(due) < limit:
-                    due.append((job, scope))
-                continue
-            next_at = codec.from_sort_key(stamp)
-            break
+        async for kv in self._walk(bound, end):
+            stamp, job, scope = self._indexed(bytes(kv.key), len(start))
+            if _in_slots(stream_slot(job, scope), slots):
+                next_at = stamp
+                break
+            scanned += 1
+            if scanned >= NEXT_SCAN:
+                break
         cursors = await self._cursors(due)
         names = sorted({job for job, _ in due})
         found = await self._gets([self._key("j", name) for name in names])
@@ -943,22 +1041,28 @@ class EtcdStore:
         ]
 
     async def job_delete(self, name: str) -> bool:
+        """The record first (so that the job is gone at once), then its cursors and their
+        index entries, in as many requests as they take."""
         key = self._key("j", name)
-        start, end = self._prefix("c", name)
-        cursors = [kv async for kv in self._walk(start, end)]
         found = (await self._gets([key]))[0]
-        unit = Unit(compare=[mod_is(key, int(found.mod_revision) if found else 0)])
-        for kv in cursors:
-            scope = bytes(kv.key)[len(start) :].decode()
-            cursor = codec.cursor(name, scope, kv.value)
-            unit.compare.append(mod_is(bytes(kv.key), int(kv.mod_revision)))
-            unit.delete(bytes(kv.key))
-            if cursor.next_plan_time is not None:
-                unit.delete(self._index_key(cursor.next_plan_time, name, scope))
         if found is not None:
+            unit = Unit(compare=[mod_is(key, int(found.mod_revision))])
             unit.delete(key)
-        if not (await self._apply([unit]))[0]:
-            return await self.job_delete(name)  # changed meanwhile: read again
+            if not (await self._apply([unit]))[0]:
+                return await self.job_delete(name)  # changed meanwhile: read again
+        start, end = self._prefix("c", name)
+        for _ in range(5):
+            units = []
+            async for kv in self._walk(start, end):
+                scope = bytes(kv.key)[len(start) :].decode()
+                cursor = codec.cursor(name, scope, kv.value)
+                unit = Unit(compare=[mod_is(bytes(kv.key), int(kv.mod_revision))])
+                unit.delete(bytes(kv.key))
+                if cursor.next_plan_time is not None:
+                    unit.delete(self._index_key(cursor.next_plan_time, name, scope))
+                units.append(unit)
+            if all(await self._apply(units)):
+                break
         return found is not None
 
     async def job_set_paused(self, name: str, paused: bool) -> bool:
@@ -1065,6 +1169,9 @@ class EtcdStore:
     def _partition_key(self, partition: int) -> bytes:
         return self._key("p", b"%05d" % partition)
 
+    def _live_partition_key(self, partition: int) -> bytes:
+        return self._key("pl", b"%05d" % partition)
+
     def _partition(self, partition: int, kv: Any) -> PartitionLease | None:
         if kv is None:
             return None
@@ -1113,7 +1220,7 @@ class EtcdStore:
                 epoch, expires = lease.epoch, now
             else:
                 continue
-            key, live_key = self._partition_key(partition), self._key("pl", b"%05d" % partition)
+            key, live_key = self._partition_key(partition), self._live_partition_key(partition)
             unit = Unit(compare=[
                 mod_is(key, int(kv.mod_revision) if kv else 0),
                 mod_is(live_key, int(live.mod_revision) if live else 0),

@@ -163,7 +163,11 @@ def _file(options: dict[str, str], name: str, shown: str) -> Path | None:
     if text is None:
         return None
     path = Path(text)
-    if not path.is_file():
+    try:
+        pem = b"-----BEGIN " in path.read_bytes()
+    except OSError:
+        pem = False
+    if not pem:
         raise ConfigError(
             f"invalid {name} {text!r} in etcd store URL {shown!r}: expected the path of a "
             "readable PEM file"
