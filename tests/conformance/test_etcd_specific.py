@@ -363,17 +363,26 @@ async def test_a_long_fenced_catch_up_applies_while_its_partition_is_renewed(
 
 
 async def test_a_refused_step_inserts_none_of_its_items(etcd_url: str) -> None:
-    store = EtcdStore(etcd_url, clock=FakeClock())
+    """Two planners race to plan one new stream with different items: one step applies,
+    and the store holds exactly its items (none of the loser's, however long its step)."""
+    one, two = EtcdStore(etcd_url, clock=FakeClock()), EtcdStore(etcd_url, clock=FakeClock())
     try:
-        await store.migrate()
-        first = PlanAdvance("j", "", None, T0, 1, [occurrence("a")])
-        assert await store.plan_advance_many([first]) == [True]
-        stale = [occurrence(f"s{n}", seconds=n) for n in range(1, 200)]
-        late = PlanAdvance("j", "", None, stale[-1].plan_time, 199, stale)
-        assert await store.plan_advance_many([late]) == [False]
-        assert [o.dedupe_key for o in await store.occurrence_list()] == ["a"]
+        await one.migrate()
+        long = [occurrence(f"long{n}", seconds=n) for n in range(1, 200)]
+        steps = [
+            PlanAdvance("j", "", None, long[-1].plan_time, 199, long),
+            PlanAdvance("j", "", None, T0, 1, [occurrence("short")]),
+        ]
+        results = await asyncio.gather(
+            one.plan_advance_many([steps[0]]), two.plan_advance_many([steps[1]])
+        )
+        assert sorted(r[0] for r in results) == [False, True]
+        winner = steps[0] if results[0] == [True] else steps[1]
+        stored = {o.dedupe_key for o in await one.occurrence_list(limit=1000)}
+        assert stored == {item.dedupe_key for item in winner.items}
     finally:
-        await store.close()
+        await one.close()
+        await two.close()
 
 
 async def test_a_busy_group_does_not_hide_the_work_of_others(etcd_url: str) -> None:
