@@ -20,10 +20,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         group.close()
 
 
-@pytest.fixture(params=["postgres", "redis"])
+@pytest.fixture(params=["postgres", "redis", "etcd"])
 def server_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    """A fresh PostgreSQL schema or Redis key prefix (the test runs once on each); every
-    instance started is killed at the end."""
+    """A fresh PostgreSQL schema, Redis key prefix or etcd key prefix (the test runs once
+    on each); every instance started is killed at the end."""
     url: str = request.getfixturevalue(f"{request.param}_url")
     group = Cluster(tmp_path, url)
     try:

@@ -1,4 +1,4 @@
-"""Failover on the server stores (PostgreSQL, Redis) with real processes: kill -9 the
+"""Failover on the server stores (PostgreSQL, Redis, etcd) with real processes: kill -9 the
 leader, then SIGTERM the next.
 
 Three instances run a job every second. Whatever the mode, the history must show each

@@ -1,4 +1,4 @@
-"""Partitioned planning on the server stores (PostgreSQL, Redis) with real processes.
+"""Partitioned planning on the server stores (PostgreSQL, Redis, etcd) with real processes.
 
 In distributed mode the live instances share planning by partitions (64 by default), each
 with a lease and an epoch in the store. The app (apps/scoped_tick.py) plans 200 streams
