@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from .harness import EVERY_SCENARIO, REPORT, ChaosCluster
-from .servers import PostgresServer, RedisServer, Unavailable
+from .servers import EtcdProcess, PostgresServer, RedisServer, Unavailable, free_port
 
 FAKETIME_FIX = Path(__file__).parent / "faketime_fix"
 #: Where Debian (package libfaketime) and other systems put the preload library.
@@ -84,11 +84,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture
 def store_url(request: pytest.FixtureRequest) -> Callable[[str], str | None]:
     """The store URL of a scenario: ``sqlite`` -> None (the cluster's own file),
-    ``postgres`` -> a fresh schema on the session's server, ``redis`` -> a fresh prefix."""
+    ``postgres`` -> a fresh schema on the session's server, ``redis`` and ``etcd`` -> a
+    fresh key prefix on the session's server (``make_redis_url``, ``make_etcd_url``)."""
 
     def make(store: str) -> str | None:
         if store == "sqlite":
             return None
+        if store not in ("postgres", "redis", "etcd"):
+            raise ValueError(f"no chaos store {store!r}")
         url: str = request.getfixturevalue(f"make_{store}_url")()
         return url
 
@@ -122,6 +125,21 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop(hard=True)
+
+
+@pytest.fixture
+def own_etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    """A one-member etcd of this test's own (its data directory in ``tmp_path``, kept
+    across restarts), started; killed at the end."""
+    try:
+        member = EtcdProcess(tmp_path / "etcd", free_port(), free_port())
+    except Unavailable as exc:
+        missing(f"this test starts its own etcd member: {exc}")
+    try:
+        member.start()
+        yield member
+    finally:
+        member.kill()
 
 
 @pytest.fixture

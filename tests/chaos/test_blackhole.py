@@ -34,8 +34,10 @@ HELD = 4
 CASES = [
     pytest.param("postgres", "distributed", marks=pytest.mark.quick),
     pytest.param("redis", "distributed"),
+    pytest.param("etcd", "distributed"),
     pytest.param("postgres", "leader"),
     pytest.param("redis", "leader"),
+    pytest.param("etcd", "leader"),
 ]
 
 

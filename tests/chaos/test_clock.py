@@ -47,13 +47,18 @@ def cpu_seconds(pid: int) -> float:
 CASES = [
     pytest.param("postgres", "leader", "slow", marks=pytest.mark.quick),
     pytest.param("redis", "distributed", "mixed", marks=pytest.mark.quick),
+    pytest.param("etcd", "leader", "mixed", marks=pytest.mark.quick),
     *(
         pytest.param(store, mode, skew)
-        for store in ("sqlite", "postgres", "redis")
+        for store in ("sqlite", "postgres", "redis", "etcd")
         for mode in ("leader", "distributed")
         for skew in SKEWS
         if (store, mode, skew)
-        not in {("postgres", "leader", "slow"), ("redis", "distributed", "mixed")}
+        not in {
+            ("postgres", "leader", "slow"),
+            ("redis", "distributed", "mixed"),
+            ("etcd", "leader", "mixed"),
+        }
         and not (store == "sqlite" and skew == "mixed")
     ),
 ]

@@ -32,6 +32,7 @@ STORES = [
     pytest.param("sqlite", marks=pytest.mark.quick),
     pytest.param("postgres"),
     pytest.param("redis"),
+    pytest.param("etcd"),
 ]
 
 
@@ -57,7 +58,7 @@ def test_kill9_mid_run_loses_nothing(store: str, store_url, cluster_factory) -> 
 
 LEADER_CASES = [
     pytest.param(store, catch_up, id=f"{store}-{catch_up or 'default'}")
-    for store in ("sqlite", "postgres", "redis")
+    for store in ("sqlite", "postgres", "redis", "etcd")
     for catch_up in (None, "all")
 ]
 

@@ -1,12 +1,13 @@
 """A store restart mid-drain, default options: nothing is lost, nothing runs twice.
 
 The test starts a server of its own: a PostgreSQL cluster (initdb, restarted with
-``pg_ctl restart -m fast``, which closes every connection) or a ``redis-server`` with the
-append-only file fsynced on every write (restarted by SIGTERM and a new process on the same
-port and data; in the long form also by SIGKILL). Two instances drain tasks fed at a
-steady rate, and run the every-second job; the server restarts in the middle. The outage
-is shorter than the lease TTL (6 s here), so no lease may expire: every outcome is written
-once the server is back, every figure is 0, doubled completions included.
+``pg_ctl restart -m fast``, which closes every connection), a ``redis-server`` with the
+append-only file fsynced on every write, or a one-member etcd (which fsyncs its log before
+it acknowledges a write); Redis and etcd are restarted by SIGTERM and a new process on the
+same port and data directory (in the long form also by SIGKILL). Two instances drain tasks
+fed at a steady rate, and run the every-second job; the server restarts in the middle.
+The outage is shorter than the lease TTL (6 s here), so no lease may expire: every outcome
+is written once the server is back, every figure is 0, doubled completions included.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import uuid
 import pytest
 
 from .harness import ChaosCluster, scaled
-from .servers import PostgresServer, RedisServer
+from .servers import EtcdProcess, PostgresServer, RedisServer
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(scaled(150, 300))]
 
@@ -60,3 +61,13 @@ def test_redis_restart_mid_drain(own_redis: RedisServer, cluster_factory, times:
     url = f"{own_redis.url}?prefix=chaos-{uuid.uuid4().hex[:8]}"
     cluster: ChaosCluster = cluster_factory(url, "restart[redis]", ttl=TTL)
     _restart_mid_drain(cluster, lambda k: own_redis.restart(hard=k % 2 == 1), times)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("times", [pytest.param(scaled(1, 2), id="restart")])
+def test_etcd_restart_mid_drain(own_etcd: EtcdProcess, cluster_factory, times: int) -> None:  # type: ignore[no-untyped-def]
+    """The etcd member restarted on its data directory while two instances drain tasks
+    (the long form: once by SIGTERM, once by SIGKILL): every figure is 0."""
+    url = f"{own_etcd.url}?prefix=chaos-{uuid.uuid4().hex[:8]}"
+    cluster: ChaosCluster = cluster_factory(url, "restart[etcd]", ttl=TTL)
+    _restart_mid_drain(cluster, lambda k: own_etcd.restart(hard=k % 2 == 1), times)

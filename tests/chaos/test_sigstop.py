@@ -27,6 +27,7 @@ STORES = [
     pytest.param("sqlite", marks=pytest.mark.quick),
     pytest.param("postgres"),
     pytest.param("redis"),
+    pytest.param("etcd"),
 ]
 
 
