@@ -468,3 +468,27 @@ async def test_a_dead_first_member_is_passed_over(etcd_url: str) -> None:
         assert (await store.occurrence_insert(occurrence("reached")))[1] is True
     finally:
         await store.close()
+
+
+async def test_an_outcome_is_not_lost_to_its_own_lease_renewal(etcd_url: str) -> None:
+    """A completion and the heartbeat's renewals of the same lease race (both rewrite the
+    occurrence): the runner still holds the lease, so the completion applies every time
+    instead of leaving the occurrence running until it is reaped and run again."""
+    runner, heart = EtcdStore(etcd_url, clock=FakeClock()), EtcdStore(etcd_url, clock=FakeClock())
+    try:
+        await runner.migrate()
+        for n in range(15):
+            await runner.occurrence_insert(occurrence(f"r{n}"))
+            (occ,) = await runner.occurrence_claim("i1", ["t"], 1, TTL, now=T0)
+            held = [Claimed(occ.id, occ.fencing_token)]
+            outcome = Outcome(occ.id, occ.fencing_token, State.SUCCEEDED)
+            done, *_ = await asyncio.gather(
+                runner.occurrence_complete("i1", [outcome], now=T0),
+                *(heart.lease_renew("i1", held, TTL, now=T0) for _ in range(4)),
+            )
+            assert done == {occ.id}, f"round {n}: the completion was refused"
+            stored = await runner.occurrence_get(occ.id)
+            assert stored is not None and stored.state == State.SUCCEEDED
+    finally:
+        await runner.close()
+        await heart.close()

@@ -8,7 +8,7 @@ import contextlib
 import json
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -75,6 +75,9 @@ STEP_BYTES = 900_000
 CLAIM_ROUNDS = 100
 #: Candidates a claim passes over (held back by a running sibling) before it gives up.
 MAX_BLOCKED = 1000
+#: Rounds of a runner's writes (renewal, outcome, release, reap) refused by another write
+#: to the same occurrence meanwhile, each read and decided again.
+UPDATE_ROUNDS = 10
 _TERMINAL = (State.SUCCEEDED, State.DEAD, State.SKIPPED)
 
 
@@ -560,33 +563,44 @@ class EtcdStore:
                     starts[task] = bytes(kvs[-1].key) + b"\0"
         return found
 
-    async def _held(
-        self, instance_id: str, claims: Sequence[Claimed]
-    ) -> list[tuple[Occurrence, int]]:
-        """The occurrences of ``claims`` this runner still holds (running, same instance
-        and token: the fence), each with the revision it was read at."""
-        found = await self._gets([self._occ_key(c.id) for c in claims])
-        held = []
-        for claim, kv in zip(claims, found, strict=True):
-            if kv is None:
-                continue
-            occ = codec.occurrence(kv.value)
-            if (
-                occ.state == State.RUNNING
-                and occ.instance_id == instance_id
-                and occ.fencing_token == claim.fencing_token
-            ):
-                held.append((occ, int(kv.mod_revision)))
-        return held
+    async def _update(
+        self, ids: Sequence[str], change: Callable[[Occurrence, Unit], Occurrence | None]
+    ) -> dict[str, Occurrence]:
+        """Apply ``change`` to each occurrence of ``ids`` as stored: it adds its writes to
+        the unit and returns the occurrence as it will be, or None to leave it. A change
+        applies only while its occurrence is unchanged since it was read; one refused
+        because another write came first (a renewal, say, while a completion was on its
+        way) is read again and decided again, so a runner's outcome is never lost to its
+        own heartbeat. Returns the occurrences changed, by id."""
+        done: dict[str, Occurrence] = {}
+        pending = list(dict.fromkeys(ids))
+        for _ in range(UPDATE_ROUNDS):
+            found = await self._gets([self._occ_key(occ_id) for occ_id in pending])
+            units: list[Unit] = []
+            after: list[Occurrence] = []
+            for kv in found:
+                if kv is None:
+                    continue
+                unit = Unit(compare=[mod_is(bytes(kv.key), int(kv.mod_revision))])
+                changed = change(codec.occurrence(kv.value), unit)
+                if changed is not None:
+                    units.append(unit)
+                    after.append(changed)
+            applied = await self._apply(units)
+            done |= {occ.id: occ for occ, ok in zip(after, applied, strict=True) if ok}
+            pending = [occ.id for occ, ok in zip(after, applied, strict=True) if not ok]
+            if not pending:
+                break
+        return done
 
-    async def _fenced(self, changes: Iterable[tuple[Occurrence, int, Unit]]) -> set[str]:
-        """Apply each change unless its occurrence was written since it was read; the ids
-        whose change applied."""
-        listed = list(changes)
-        for occ, revision, unit in listed:
-            unit.compare.append(mod_is(self._occ_key(occ.id), revision))
-        applied = await self._apply([unit for _, _, unit in listed])
-        return {occ.id for (occ, _, _), ok in zip(listed, applied, strict=True) if ok}
+    @staticmethod
+    def _holds(occ: Occurrence, instance_id: str, token: int) -> bool:
+        """The fence: ``occ`` is running for this runner with this token."""
+        return (
+            occ.state == State.RUNNING
+            and occ.instance_id == instance_id
+            and occ.fencing_token == token
+        )
 
     async def lease_renew(
         self,
@@ -596,26 +610,30 @@ class EtcdStore:
         now: datetime | None = None,
     ) -> set[str]:
         expires = await self._now(now) + lease_ttl
-        changes = []
-        for occ, revision in await self._held(instance_id, _distinct(claims)):
-            unit = Unit()
-            self._write(unit, replace(occ, lease_expires_at=expires), occ)
-            changes.append((occ, revision, unit))
-        return await self._fenced(changes)
+        tokens = {c.id: c.fencing_token for c in claims}
+
+        def renew(occ: Occurrence, unit: Unit) -> Occurrence | None:
+            if not self._holds(occ, instance_id, tokens[occ.id]):
+                return None
+            renewed = replace(occ, lease_expires_at=expires)
+            self._write(unit, renewed, occ)
+            return renewed
+
+        return set(await self._update(list(tokens), renew))
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
     ) -> set[str]:
         now = await self._now(now)
         by_id = {o.id: o for o in outcomes}
-        claims = [Claimed(o.id, o.fencing_token) for o in by_id.values()]
         checked = {o.id: (rows.result(o.result), rows.retry_at(o, now)) for o in by_id.values()}
-        changes = []
-        for occ, revision in await self._held(instance_id, claims):
+
+        def complete(occ: Occurrence, unit: Unit) -> Occurrence | None:
             outcome = by_id[occ.id]
+            if not self._holds(occ, instance_id, outcome.fencing_token):
+                return None
             result, retry_at = checked[occ.id]
             retry = outcome.state == State.FAILED
-            unit = Unit()
             self._log(
                 unit, occ, now, outcome.state.value, outcome.error_code, outcome.error_message
             )
@@ -630,20 +648,23 @@ class EtcdStore:
                 result=result,
             )
             self._write(unit, done, occ)
-            changes.append((occ, revision, unit))
-        applied = await self._fenced(changes)
+            return done
+
+        applied = await self._update(list(by_id), complete)
         if applied:
             await self._trim_soon(now)
-        return applied
+        return set(applied)
 
     async def lease_release(
         self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
     ) -> set[str]:
         now = await self._now(now)
         message = "lease released before the attempt finished"
-        changes = []
-        for occ, revision in await self._held(instance_id, _distinct(claims)):
-            unit = Unit()
+        tokens = {c.id: c.fencing_token for c in claims}
+
+        def release(occ: Occurrence, unit: Unit) -> Occurrence | None:
+            if not self._holds(occ, instance_id, tokens[occ.id]):
+                return None
             self._log(unit, occ, now, RELEASED, ErrorCode.CANCELLED.value, message)
             back = replace(
                 occ,
@@ -654,8 +675,9 @@ class EtcdStore:
                 error_message=message,
             )
             self._write(unit, back, occ)
-            changes.append((occ, revision, unit))
-        return await self._fenced(changes)
+            return back
+
+        return set(await self._update(list(tokens), release))
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
         now = await self._now(now)
@@ -665,28 +687,22 @@ class EtcdStore:
             lease = json.loads(kv.value)[0]
             if lease is not None and codec.from_us(lease) <= now:
                 expired.append(bytes(kv.key).rsplit(b"\0", 1)[1].decode())
-        found = await self._gets([self._occ_key(occ_id) for occ_id in expired])
-        changes = []
-        reaped = []
-        for kv in found:
-            if kv is None:
-                continue
-            occ = codec.occurrence(kv.value)
+
+        def reap(occ: Occurrence, unit: Unit) -> Occurrence | None:
+            # Read again: a renewal or an outcome since the scan leaves it alone.
             if occ.state != State.RUNNING or occ.lease_expires_at is None:
-                continue
+                return None
             if occ.lease_expires_at > now:
-                continue
+                return None
             updated, outcome = rows.reaped(occ, now)
-            unit = Unit()
             self._log(unit, occ, now, outcome, updated.error_code, updated.error_message)
             self._write(unit, updated, occ)
-            changes.append((occ, int(kv.mod_revision), unit))
-            reaped.append(updated)
-        applied = await self._fenced(changes)
+            return updated
+
+        reaped = list((await self._update(expired, reap)).values())
         if any(occ.state == State.DEAD for occ in reaped):
             await self._trim_soon(now)
-        done = [occ for occ in reaped if occ.id in applied]
-        return sorted(done, key=lambda occ: (occ.plan_time, occ.created_at, occ.id))
+        return sorted(reaped, key=lambda occ: (occ.plan_time, occ.created_at, occ.id))
 
     async def occurrence_next_due(
         self, tasks: Collection[str], now: datetime | None = None
@@ -1275,10 +1291,6 @@ class EtcdStore:
 
 def _plan_created(occ: Occurrence) -> tuple[datetime, datetime]:
     return occ.plan_time, occ.created_at
-
-
-def _distinct(claims: Sequence[Claimed]) -> list[Claimed]:
-    return list({claim.id: claim for claim in claims}.values())
 
 
 def _in_slots(slot: int, slots: Sequence[tuple[int, int]] | None) -> bool:
