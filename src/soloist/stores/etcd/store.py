@@ -1101,6 +1101,19 @@ class EtcdStore:
         record, live = await self._gets([self._key("e", name), self._key("el", name)])
         return record, live, (json.loads(record.value) if record is not None else None)
 
+    async def _held_election(
+        self, name: str, instance_id: str, epoch: int, now: datetime
+    ) -> tuple[Any, Any, LeaderLease] | None:
+        """The election record, live key and lease of ``name`` if ``instance_id`` holds it
+        with ``epoch`` at ``now``, else None."""
+        record, live, values = await self._election(name)
+        if values is None or live is None:
+            return None
+        current = self._leader(name, values)
+        if current.leader_id != instance_id or current.epoch != epoch or current.expires_at <= now:
+            return None
+        return record, live, current
+
     def _leader(self, name: str, values: list[Any]) -> LeaderLease:
         holder, epoch, elected, expires = values
         return LeaderLease(name, holder, epoch, codec.from_us(elected), codec.from_us(expires))
@@ -1136,12 +1149,11 @@ class EtcdStore:
         now: datetime | None = None,
     ) -> LeaderLease | None:
         now = await self._now(now)
-        record, live, values = await self._election(name)
-        if values is None or live is None:
+        held = await self._held_election(name, instance_id, epoch, now)
+        if held is None:
             return None
-        current = self._leader(name, values)
-        if current.leader_id != instance_id or current.epoch != epoch or current.expires_at <= now:
-            return None
+        record, live, current = held
+        values = json.loads(record.value)
         lease = await self._lease(ttl)
         key, live_key = self._key("e", name), self._key("el", name)
         unit = Unit(
@@ -1159,12 +1171,11 @@ class EtcdStore:
         self, name: str, instance_id: str, epoch: int, now: datetime | None = None
     ) -> bool:
         now = await self._now(now)
-        record, live, values = await self._election(name)
-        if values is None or live is None:
+        held = await self._held_election(name, instance_id, epoch, now)
+        if held is None:
             return False
-        current = self._leader(name, values)
-        if current.leader_id != instance_id or current.epoch != epoch or current.expires_at <= now:
-            return False
+        record = held[0]
+        values = json.loads(record.value)
         key, live_key = self._key("e", name), self._key("el", name)
         unit = Unit(compare=[mod_is(key, int(record.mod_revision))])
         unit.put(key, codec.dumps([instance_id, epoch, values[2], codec.to_us(now)]))
