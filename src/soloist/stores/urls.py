@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from datetime import timedelta
+from urllib.parse import parse_qsl
 
-__all__ = ["mask_url", "scrub"]
+from soloist.durations import parse_duration
+from soloist.errors import ConfigError
+
+__all__ = ["history_bounds", "mask_url", "query_options", "scrub"]
 
 _PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
@@ -27,3 +33,41 @@ def mask_url(url: str) -> str:
 def scrub(text: str, password: str | None) -> str:
     """``text`` (a driver's error message) with ``password``, if any, masked."""
     return text.replace(password, "***") if password else text
+
+
+def query_options(query: str, allowed: Sequence[str], shown: str, kind: str) -> dict[str, str]:
+    """The options of a store URL's query (``kind``: ``Redis``, ``etcd``, for messages;
+    ``shown``: the URL, masked): ConfigError for one not in ``allowed`` or given twice."""
+    options: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key not in allowed:
+            raise ConfigError(
+                f"unknown option {key!r} in {kind} store URL {shown!r}: expected one of "
+                + ", ".join(allowed)
+            )
+        if key in options:
+            raise ConfigError(f"option {key!r} is given twice in {kind} store URL {shown!r}")
+        options[key] = value
+    return options
+
+
+def history_bounds(
+    options: dict[str, str], shown: str, kind: str, default_max: int, default_age: timedelta
+) -> tuple[int, timedelta | None]:
+    """``history_max`` and ``history_age`` of a store URL's options (defaults as given;
+    ``0`` is no limit: an age of None)."""
+    text = options.get("history_max")
+    history_max = default_max
+    if text is not None:
+        if not text.isdigit():
+            raise ConfigError(
+                f"invalid history_max {text!r} in {kind} store URL {shown!r}: expected a "
+                "whole number of occurrences (0: no limit)"
+            )
+        history_max = int(text)
+    age = options.get("history_age")
+    history_age = default_age
+    if age is not None:
+        what = f"history_age in {kind} store URL {shown!r}"
+        history_age = parse_duration(age if age != "0" else 0, what=what, allow_zero=True)
+    return history_max, history_age if history_age > timedelta(0) else None

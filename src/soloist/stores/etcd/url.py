@@ -16,11 +16,10 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
-from soloist.durations import parse_duration
 from soloist.errors import ConfigError
-from soloist.stores.urls import mask_url, scrub
+from soloist.stores.urls import history_bounds, mask_url, query_options, scrub
 
 __all__ = [
     "DEFAULT_HISTORY_AGE",
@@ -97,16 +96,7 @@ def parse_url(url: str) -> EtcdTarget:
                 f"invalid credentials in etcd store URL {shown!r}: expected 'user:password@'"
             )
     endpoints = tuple(_endpoint(part, shown) for part in hosts.split(","))
-    options: dict[str, str] = {}
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        if key not in _OPTIONS:
-            raise ConfigError(
-                f"unknown option {key!r} in etcd store URL {shown!r}: expected one of "
-                + ", ".join(_OPTIONS)
-            )
-        if key in options:
-            raise ConfigError(f"option {key!r} is given twice in etcd store URL {shown!r}")
-        options[key] = value
+    options = query_options(query, _OPTIONS, shown, "etcd")
     tls = scheme == "etcds"
     given_tls = [key for key in _TLS_OPTIONS if key in options]
     if given_tls and not tls:
@@ -124,12 +114,9 @@ def parse_url(url: str) -> EtcdTarget:
             f"invalid prefix {prefix!r} in etcd store URL {shown!r}: expected 1-64 letters, "
             "digits, '_', '.' or '-'"
         )
-    history_max = _count(options.get("history_max"), shown)
-    age = options.get("history_age")
-    history_age = DEFAULT_HISTORY_AGE
-    if age is not None:
-        what = f"history_age in etcd store URL {shown!r}"
-        history_age = parse_duration(age if age != "0" else 0, what=what, allow_zero=True)
+    history_max, history_age = history_bounds(
+        options, shown, "etcd", DEFAULT_HISTORY_MAX, DEFAULT_HISTORY_AGE
+    )
     who = f"{user}@" if user else ""
     display = f"{scheme}://{who}{','.join(endpoints)} (prefix {prefix!r})"
     return EtcdTarget(
@@ -137,7 +124,7 @@ def parse_url(url: str) -> EtcdTarget:
         tls=tls,
         prefix=prefix,
         history_max=history_max,
-        history_age=history_age if history_age > timedelta(0) else None,
+        history_age=history_age,
         display=display,
         user=user,
         password=password,
@@ -173,14 +160,3 @@ def _file(options: dict[str, str], name: str, shown: str) -> Path | None:
             "readable PEM file"
         )
     return path
-
-
-def _count(text: str | None, shown: str) -> int:
-    if text is None:
-        return DEFAULT_HISTORY_MAX
-    if not text.isdigit():
-        raise ConfigError(
-            f"invalid history_max {text!r} in etcd store URL {shown!r}: expected a whole "
-            "number of occurrences (0: no limit)"
-        )
-    return int(text)

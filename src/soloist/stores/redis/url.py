@@ -16,12 +16,11 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
-from soloist.durations import parse_duration
 from soloist.errors import ConfigError
 from soloist.stores.deadlines import Deadlines
-from soloist.stores.urls import mask_url, scrub
+from soloist.stores.urls import history_bounds, mask_url, query_options, scrub
 
 __all__ = [
     "DEFAULT_HISTORY_AGE",
@@ -106,28 +105,16 @@ def parse_url(url: str) -> RedisTarget:
         raise ConfigError(
             f"invalid Redis database {path!r} in store URL {shown!r}: expected a number"
         )
-    options: dict[str, str] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key not in _OPTIONS:
-            raise ConfigError(
-                f"unknown option {key!r} in Redis store URL {shown!r}: expected one of "
-                + ", ".join(_OPTIONS)
-            )
-        if key in options:
-            raise ConfigError(f"option {key!r} is given twice in Redis store URL {shown!r}")
-        options[key] = value
+    options = query_options(parts.query, _OPTIONS, shown, "Redis")
     prefix = options.get("prefix", DEFAULT_PREFIX)
     if not _PREFIX.fullmatch(prefix):
         raise ConfigError(
             f"invalid prefix {prefix!r} in Redis store URL {shown!r}: expected 1-64 letters, "
             "digits, '_', '.' or '-'"
         )
-    history_max = _count(options.get("history_max"), shown)
-    age = options.get("history_age")
-    history_age = DEFAULT_HISTORY_AGE
-    if age is not None:
-        what = f"history_age in Redis store URL {shown!r}"
-        history_age = parse_duration(age if age != "0" else 0, what=what, allow_zero=True)
+    history_max, history_age = history_bounds(
+        options, shown, "Redis", DEFAULT_HISTORY_MAX, DEFAULT_HISTORY_AGE
+    )
     host = parts.hostname or "localhost"
     user = f"{unquote(parts.username)}@" if parts.username else ""
     display = f"{parts.scheme}://{user}{host}:{port or 6379}/{path or '0'} (prefix {prefix!r})"
@@ -136,24 +123,13 @@ def parse_url(url: str) -> RedisTarget:
         driver_url=f"{parts.scheme}://{netloc}/{path}",
         prefix=prefix,
         history_max=history_max,
-        history_age=history_age if history_age > timedelta(0) else None,
+        history_age=history_age,
         socket_timeout=_seconds(options, "socket_timeout", SOCKET_TIMEOUT, shown),
         socket_connect_timeout=_seconds(options, "socket_connect_timeout", CONNECT_TIMEOUT, shown),
         display=display,
         password=unquote(parts.password) if parts.password else None,
         given=frozenset(options),
     )
-
-
-def _count(text: str | None, shown: str) -> int:
-    if text is None:
-        return DEFAULT_HISTORY_MAX
-    if not text.isdigit():
-        raise ConfigError(
-            f"invalid history_max {text!r} in Redis store URL {shown!r}: expected a whole "
-            "number of occurrences (0: no limit)"
-        )
-    return int(text)
 
 
 def _seconds(options: dict[str, str], name: str, default: float, shown: str) -> float:
