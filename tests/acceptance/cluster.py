@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from soloist.models import Occurrence, PartitionLease
+from soloist.models import Attempt, Occurrence, PartitionLease
 from soloist.stores import open_store
 from soloist.stores.base import Store
 from soloist.testing import wait_until
@@ -170,6 +170,10 @@ class Cluster:
     def partitions(self) -> list[PartitionLease]:
         """Every unexpired planning partition lease, by partition."""
         return asyncio.run(self._store.partition_list())
+
+    def attempts(self, occurrence_id: str) -> list[Attempt]:
+        """The audit records of an occurrence's attempts, oldest first."""
+        return asyncio.run(self._store.occurrence_attempts(occurrence_id))
 
     def get(self, occurrence_id: str) -> Occurrence:
         occ = asyncio.run(self._store.occurrence_get(occurrence_id))

@@ -10,6 +10,8 @@ store (``partition_list``), each instance's ``/status`` over HTTP, and the histo
   (scope, second) still succeeds exactly once;
 * the partitions of a holder killed with kill -9 get new holders, with higher epochs,
   within the lease TTL + 1 s, and no instant is lost or doubled;
+* so do those of a holder frozen with SIGSTOP past its leases; woken, it takes a share
+  back under newer epochs, and nothing it did meanwhile plans or runs anything twice;
 * two instances that disagree on the partition count both refuse to plan and say why,
   nothing is planned meanwhile, and planning resumes once the odd one stops;
 * instances of two apps defining different jobs on one store plan shared, not by
@@ -46,6 +48,10 @@ JOB = "fan"
 SCOPES = [f"s{n:03d}" for n in range(200)]  # as apps/scoped_tick.py
 COUNT = 64
 TTL = DEFAULT_LEASE_TTL.total_seconds()
+#: The lease TTL of the SIGSTOP test, so that a freeze past it lasts seconds, not ten.
+FROZEN_TTL = 4.0
+#: How far back a skipped second's scope is searched for the run that overlapped it.
+OVERLAP_LOOKBACK = timedelta(seconds=30)
 #: Enough for every occurrence a test makes (200 a second).
 LIMIT = 100_000
 
@@ -142,12 +148,17 @@ def window_done(cluster: Cluster, start: datetime, until: datetime) -> Callable[
 
 
 def assert_each_scope_second_once(
-    cluster: Cluster, start: datetime, until: datetime
+    cluster: Cluster, start: datetime, until: datetime, *, overlapped: bool = False
 ) -> list[Occurrence]:
     """Every (scope, whole second) in [start, until] was planned exactly once, none missing,
     and succeeded (or, for a scope whose run a kill -9 cut, was skipped by the default
     overlap policy while that run awaited its rerun); no (scope, second) was planned twice
-    anywhere in the history, and every cut run ran again to success."""
+    anywhere in the history, and every cut run ran again to success.
+
+    ``overlapped``: also accept a second skipped while an earlier second of its scope was
+    really running at its due time (an attempt in the audit log spans it): the default
+    overlap policy at work when a run is frozen, or a backlog of due seconds runs into the
+    next."""
     # Wait for the runs to finish; if they never do, the checks below say what is wrong.
     done, deadline = window_done(cluster, start, until), time.monotonic() + 20
     while not done() and time.monotonic() < deadline:
@@ -168,10 +179,28 @@ def assert_each_scope_second_once(
     # (and run again: a crash spends no attempt), and the seconds of that scope due
     # meanwhile are recorded as skipped. Nothing else may be anything but succeeded.
     crashed = {o.scope for o in occurrences if o.crashes > 0}
+
+    def was_running_at_due(skipped: Occurrence) -> bool:
+        earlier = [
+            o
+            for o in occurrences
+            if o.scope == skipped.scope
+            and skipped.plan_time - OVERLAP_LOOKBACK <= o.plan_time < skipped.plan_time
+        ]
+        return any(
+            run.started_at is not None and run.started_at <= skipped.due_at <= run.finished_at
+            for o in earlier
+            for run in cluster.attempts(o.id)
+        )
+
     not_ok = [
         (o.scope, o.plan_time, o.state.value)
         for o in window
-        if o.state is not State.SUCCEEDED and not (o.state is State.SKIPPED and o.scope in crashed)
+        if o.state is not State.SUCCEEDED
+        and not (
+            o.state is State.SKIPPED
+            and (o.scope in crashed or (overlapped and was_running_at_due(o)))
+        )
     ]
     assert not_ok == [], not_ok[:10]
     unfinished = [o for o in occurrences if o.crashes > 0 and o.state is not State.SUCCEEDED]
@@ -268,6 +297,81 @@ def test_kill9_of_a_holder_moves_its_partitions_within_ttl_and_loses_no_instant(
     for iid in ("a", "c"):
         instances[iid][0].send(signal.SIGTERM)
     assert all(instances[iid][0].wait(15) == 0 for iid in ("a", "c"))
+
+
+def test_sigstop_of_a_holder_past_its_leases_moves_its_partitions_and_fences_it_out(
+    server_cluster: Cluster,
+) -> None:
+    """3 instances (lease TTL 4 s); SIGSTOP of one until every partition it held has a new
+    holder, with a higher epoch, within the TTL + 1 s, and the runs it held were taken
+    over; then SIGCONT: its late outcomes are fenced out, it takes a share back under newer
+    epochs, and each (scope, second) across the freeze and its return was planned exactly
+    once and succeeded, or was skipped while an earlier second of its scope really ran."""
+    cluster = server_cluster
+    instances = start(cluster, "a", "b", "c", SOLOIST_LEASE_TTL=f"{FROZEN_TTL:g}s")
+    wait_for(lambda: balanced(cluster, {"a", "b", "c"}), 10, "a, b, c to share")
+    first = whole_second_after(now())
+    wait_until_moment(first + timedelta(seconds=2))
+
+    before = wait_for(lambda: balanced(cluster, {"a", "b", "c"}), 5, "the share to hold")
+    victim, _ = instances["b"]
+    lost = {p: lease for p, lease in before.items() if lease.holder == "b"}
+    assert lost, "b holds no partition"
+    victim.send(signal.SIGSTOP)
+    frozen_at = time.monotonic()
+
+    def taken_over() -> dict[int, PartitionLease] | None:
+        leases = holders(cluster)
+        if any(p not in leases or leases[p].holder == "b" for p in lost):
+            return None
+        return leases
+
+    def runs_taken_over() -> bool:
+        current = {o.id: cluster.get(o.id) for o in held}
+        return all(
+            current[o.id].state is not State.RUNNING
+            or current[o.id].fencing_token > o.fencing_token
+            for o in held
+        )
+
+    try:
+        after = wait_for(taken_over, FROZEN_TTL + 10, "b's partitions to get new holders")
+        took = time.monotonic() - frozen_at
+        # Read once b's last writes have landed: what it still holds it holds frozen.
+        held = [o for o in history(cluster) if o.state is State.RUNNING and o.instance_id == "b"]
+        wait_for(runs_taken_over, FROZEN_TTL + 10, "b's runs to be taken over")
+    finally:
+        victim.send(signal.SIGCONT)
+    print(f"froze b for {time.monotonic() - frozen_at:.1f}s; it held {len(held)} runs frozen")
+    assert took <= FROZEN_TTL + 1, f"b's partitions got new holders {took:.1f}s after SIGSTOP"
+    lower = {p: (lost[p].epoch, after[p].epoch) for p in lost if after[p].epoch <= lost[p].epoch}
+    assert lower == {}, f"epochs did not rise (old, new): {lower}"
+    assert {after[p].holder for p in lost} <= {"a", "c"}
+
+    # Awake and live again, b is given a share by the bounded assignment and takes it from
+    # the others, each partition under a newer epoch than the one it was taken over with.
+    leases = wait_for(lambda: balanced(cluster, {"a", "b", "c"}), 15, "b to take a share back")
+    assert_assignment(leases, {"a", "b", "c"})
+    back = {p: (after[p].epoch, leases[p].epoch) for p in after if leases[p].holder == "b"}
+    assert back and all(new > old for old, new in back.values()), back
+
+    until = whole_second_after(now()) + timedelta(seconds=2)
+    wait_until_moment(until + timedelta(seconds=1))
+    window = assert_each_scope_second_once(cluster, first, until, overlapped=True)
+    assert {o.instance_id for o in window} >= {"a", "b", "c"}
+    # What b still held frozen was run again under a new claim, whose outcome stands: b's
+    # own late outcome (under its old token) was fenced out.
+    rerun = {o.id: cluster.get(o.id) for o in held}
+    stale = [
+        (o.scope, o.plan_time, rerun[o.id].state.value, rerun[o.id].fencing_token)
+        for o in held
+        if rerun[o.id].state is not State.SUCCEEDED or rerun[o.id].fencing_token <= o.fencing_token
+    ]
+    assert stale == [], f"b's frozen runs not run again under a new claim: {stale}"
+    assert victim.alive
+    for instance, _ in instances.values():
+        instance.send(signal.SIGTERM)
+    assert all(instance.wait(15) == 0 for instance, _ in instances.values())
 
 
 def test_instances_disagreeing_on_the_count_refuse_to_plan_until_they_agree(
