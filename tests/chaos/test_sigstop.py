@@ -8,6 +8,11 @@ Then it is woken with SIGCONT: whatever it still reports is fenced out, and it c
 as a healthy instance. A sync handler that had finished its side effect when the freeze
 landed, or that finishes it after waking, has then run twice: those doubled completions
 are counted and bounded by the instance's slots; no other figure may be above 0.
+
+In leader mode the leader is frozen right after a run of the every-second job, until
+another instance leads and has taken over the runs it held; woken, it must neither plan
+nor record anything under the leadership it lost: every second is planned and run once
+(the seconds due while no one led by the next leader).
 """
 
 from __future__ import annotations
@@ -51,3 +56,37 @@ def test_sigstop_past_the_lease_loses_nothing(store: str, store_url, cluster_fac
         victim.send(signal.SIGCONT)
         assert victim.alive
     cluster.finish(allowed_doubles=cluster.faults * CONCURRENCY)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres", "redis", "etcd"])
+def test_sigstop_of_the_leader_past_its_lease_misses_no_instant(  # type: ignore[no-untyped-def]
+    store: str, store_url, cluster_factory
+) -> None:
+    """Leader mode: SIGSTOP of the leader right after a run of the every-second job, until
+    another instance leads and the frozen one's runs are taken over, then SIGCONT: no
+    second is missing or doubled, no task or outcome is lost, and only the frozen runs
+    complete twice."""
+    cluster: ChaosCluster = cluster_factory(
+        store_url(store), f"sigstop-leader[{store}]", mode="leader"
+    )
+    cluster.start_all("a", "b", "c")
+    cluster.enqueue_tasks(scaled(20, 60), (0.2, 1.0), rate=5)
+    for _ in range(scaled(1, 2)):
+        leader = cluster.leader_after_a_run()
+        victim = cluster.by_id(leader)
+        if store == "sqlite":
+            cluster.freeze(victim)
+        else:
+            victim.send(signal.SIGSTOP)
+        cluster.faults += 1
+        successor = wait_for(
+            lambda old=leader: (iid := cluster.status()["leader_id"]) not in (None, old) and iid,
+            20,
+            "another leader",
+        )
+        held = cluster.running_on(leader)
+        wait_for(lambda h=held: cluster.taken_over(h), 30, "the frozen runs to be taken over")
+        victim.send(signal.SIGCONT)
+        print(f"froze the leader {leader} holding {len(held)} running tasks; {successor} leads")
+        assert victim.alive
+    cluster.finish(allowed_doubles=cluster.faults * CONCURRENCY, min_run=scaled(12, 20))
