@@ -197,7 +197,10 @@ class Cluster:
 
         A process frozen inside a write transaction would stall every instance on this one
         file (that is SQLite, not the scheduler), so if it was caught mid-write it is
-        resumed and frozen again."""
+        resumed and frozen again. On a server store it is frozen at once."""
+        if not self.url.startswith("sqlite"):
+            instance.send(signal.SIGSTOP)
+            return
         for _ in range(attempts):
             instance.send(signal.SIGSTOP)
             if self.write_lock_free():

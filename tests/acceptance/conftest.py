@@ -30,3 +30,18 @@ def server_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[C
         yield group
     finally:
         group.close()
+
+
+@pytest.fixture
+def store_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """The cluster on the store a test names by indirect parametrisation
+    (``@pytest.mark.parametrize("store_cluster", ["sqlite", "etcd"], indirect=True)``): a
+    fresh SQLite file in ``tmp_path``, or a fresh schema or key prefix on the session's
+    PostgreSQL, Redis or etcd server; every instance started is killed at the end."""
+    store: str = request.param
+    url: str | None = None if store == "sqlite" else request.getfixturevalue(f"{store}_url")
+    group = Cluster(tmp_path, url)
+    try:
+        yield group
+    finally:
+        group.close()

@@ -1,4 +1,5 @@
-"""Fencing (SPEC 4.2, 4.3): a runner that lost its lease cannot commit its result."""
+"""Fencing (SPEC 4.2, 4.3): a runner that lost its lease cannot commit its result (on
+SQLite and on etcd, whose fence is a transaction compare)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ pytestmark = pytest.mark.acceptance
 
 
 @pytest.mark.timeout(60)
-def test_frozen_runner_is_fenced_out_after_takeover(cluster: Cluster) -> None:
+@pytest.mark.parametrize("store_cluster", ["sqlite", "etcd"], indirect=True)
+def test_frozen_runner_is_fenced_out_after_takeover(store_cluster: Cluster) -> None:
     """A runner frozen past its lease finishes its handler, but only the take-over commits."""
+    cluster = store_cluster
     out = cluster.workdir / "executions.txt"
     first, second = cluster.start_all("work.py", "inst-a", "inst-b")
     by_id = {first.iid: first, second.iid: second}
