@@ -17,7 +17,13 @@ from soloist import Scheduler
 from soloist.errors import StoreUnavailableError
 from soloist.metrics import NO_METRICS
 from soloist.runtime import Runtime
-from soloist.runtime.executor import Executor, Run
+from soloist.runtime.executor import (
+    BLOCKED_RECHECK,
+    JUST_DUE_RECHECK,
+    Executor,
+    Run,
+    idle_delay,
+)
 from soloist.runtime.leases import Heartbeater
 from soloist.runtime.service import ServiceBundle
 from soloist.stores.base import Store
@@ -218,3 +224,13 @@ def test_the_runtime_reads_no_system_clock() -> None:
         if found:
             offenders[path.name] = found
     assert offenders == {}
+
+
+def test_an_executor_waits_little_for_work_that_came_due_a_moment_ago() -> None:
+    """Work due in the future is waited for; work due a moment ago (not due yet for the
+    claim just made, whose clock read came first) is looked at again within milliseconds;
+    work due long ago but not claimable (held back by overlap) only every 0.2 s."""
+    assert idle_delay(0.3, 1.0) == 0.3 and idle_delay(5.0, 1.0) == 1.0
+    assert idle_delay(-0.004, 1.0) == JUST_DUE_RECHECK < 0.01
+    assert idle_delay(-2.0, 1.0) == BLOCKED_RECHECK
+    assert idle_delay(-2.0, 0.1) == 0.1

@@ -42,6 +42,11 @@ from soloist.stores.base import Store
 
 #: How soon to look again when due work exists that could not be claimed (overlap=queue).
 BLOCKED_RECHECK = 0.2
+#: Work that came due this recently was probably not due yet for the claim just made
+#: (which read the store's clock a moment earlier; on etcd each instance reads the
+#: member's clock to a few milliseconds): it is looked at again this soon instead.
+JUST_DUE = 0.05
+JUST_DUE_RECHECK = 0.005
 #: How many lease TTLs an outcome's write is retried for at most, even while its lease is
 #: renewed (a store that answers renewals but refuses that write).
 RECORD_BUDGET = 2
@@ -140,10 +145,7 @@ class Executor(Service):
         next_due = await self.store.occurrence_next_due(tasks)
         if next_due is None:
             return self.poll_interval
-        delay = (next_due - await self.store.now()).total_seconds()
-        if delay <= 0:
-            return min(self.poll_interval, BLOCKED_RECHECK)
-        return min(delay, self.poll_interval)
+        return idle_delay((next_due - await self.store.now()).total_seconds(), self.poll_interval)
 
     async def wait(self, seconds: float) -> None:
         """Wait as :meth:`Service.wait` does, and also for a wake-up from the store when the
@@ -531,3 +533,13 @@ def _describe(exc: BaseException) -> str:
     # NUL is the one character no store keeps in text (PostgreSQL refuses it outright).
     text = text.replace("\x00", "\\x00")
     return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+def idle_delay(until_due: float, poll_interval: float) -> float:
+    """How long a starved executor waits before it claims again, given the seconds until
+    the earliest claimable work is due (zero or less: already due, yet not claimed)."""
+    if until_due > 0:
+        return min(until_due, poll_interval)
+    if -until_due < JUST_DUE:
+        return min(poll_interval, JUST_DUE_RECHECK)
+    return min(poll_interval, BLOCKED_RECHECK)
