@@ -135,5 +135,7 @@ def test_distributed_mode_survives_kill_and_term(
     until = stop - timedelta(seconds=2)
     history = server_cluster.history("tick")
     assert_each_second_once(history, until)
+    # The survivor took over; which instances ran the seconds before is up to the race of
+    # their claims (one may win every claim of a light job), not a guarantee.
     ran = {o.instance_id for o in history if o.plan_time <= until}
-    assert "c" in ran and len(ran) >= 2
+    assert "c" in ran

@@ -238,6 +238,10 @@ class EtcdProcess:
             "--listen-client-urls", client, "--advertise-client-urls", client,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"default={peer}", "--logger", "zap", "--log-outputs", "stderr",
+            # Old revisions are compacted, as an operator would: a test session writes
+            # enough key versions to fill etcd's default 2 GiB quota otherwise.
+            "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m",
+            "--quota-backend-bytes", str(8 * 1024**3),
         ]  # fmt: skip
 
     def start(self, wait: bool = True) -> None:
