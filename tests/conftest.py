@@ -217,20 +217,27 @@ def start_throwaway_redis() -> tuple[str, Callable[[], None]] | str:
     return url, stop
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[str]:
-    """The URL of a Redis server for this session (see the comment above)."""
-    explicit = os.environ.get("SOLOIST_TEST_REDIS_URL")
+def session_server(
+    variable: str,
+    local: str,
+    unreachable: Callable[[str], str | None],
+    start: Callable[[], tuple[str, Callable[[], None]] | str],
+    missing: str,
+) -> Iterator[str]:
+    """Yield the URL of a server for the session: the one in ``variable`` (it must
+    answer), else ``local`` if it answers, else one ``start`` made (stopped afterwards),
+    else skip naming ``missing`` and why (fail with ``CI=true``)."""
+    explicit = os.environ.get(variable)
     if explicit:
-        problem = redis_unreachable(explicit)
+        problem = unreachable(explicit)
         if problem is not None:
-            pytest.fail(f"SOLOIST_TEST_REDIS_URL={_masked(explicit)} does not answer: {problem}")
+            pytest.fail(f"{variable}={_masked(explicit)} does not answer: {problem}")
         yield explicit
         return
-    if redis_unreachable(LOCAL_REDIS) is None:
-        yield LOCAL_REDIS
+    if unreachable(local) is None:
+        yield local
         return
-    started = start_throwaway_redis()
+    started = start()
     if not isinstance(started, str):
         url, stop = started
         try:
@@ -238,13 +245,23 @@ def redis_server() -> Iterator[str]:
         finally:
             stop()
         return
-    reason = (
-        "Redis TESTS NOT RUN: no server. Set SOLOIST_TEST_REDIS_URL=redis://..., run one at "
-        f"{LOCAL_REDIS}, or install redis-server ({started})"
-    )
+    reason = f"{missing} ({started})"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """The URL of a Redis server for this session (see the comment above)."""
+    yield from session_server(
+        "SOLOIST_TEST_REDIS_URL",
+        LOCAL_REDIS,
+        redis_unreachable,
+        start_throwaway_redis,
+        "Redis TESTS NOT RUN: no server. Set SOLOIST_TEST_REDIS_URL=redis://..., run one at "
+        f"{LOCAL_REDIS}, or install redis-server",
+    )
 
 
 @pytest.fixture
@@ -328,31 +345,14 @@ def start_throwaway_etcd() -> tuple[str, Callable[[], None]] | str:
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[str]:
     """The URL of an etcd server for this session (see the comment above)."""
-    explicit = os.environ.get("SOLOIST_TEST_ETCD_URL")
-    if explicit:
-        problem = etcd_unreachable(explicit)
-        if problem is not None:
-            pytest.fail(f"SOLOIST_TEST_ETCD_URL={_masked(explicit)} does not answer: {problem}")
-        yield explicit
-        return
-    if etcd_unreachable(LOCAL_ETCD) is None:
-        yield LOCAL_ETCD
-        return
-    started = start_throwaway_etcd()
-    if not isinstance(started, str):
-        url, stop = started
-        try:
-            yield url
-        finally:
-            stop()
-        return
-    reason = (
+    yield from session_server(
+        "SOLOIST_TEST_ETCD_URL",
+        LOCAL_ETCD,
+        etcd_unreachable,
+        start_throwaway_etcd,
         "etcd TESTS NOT RUN: no server. Set SOLOIST_TEST_ETCD_URL=etcd://..., run one at "
-        f"{LOCAL_ETCD}, or install etcd (Debian: etcd-server) ({started})"
+        f"{LOCAL_ETCD}, or install etcd (Debian: etcd-server)",
     )
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 @pytest.fixture
