@@ -218,16 +218,17 @@ def start_throwaway_redis() -> tuple[str, Callable[[], None]] | str:
 
 
 def session_server(
+    explicit: str | None,
     variable: str,
     local: str,
     unreachable: Callable[[str], str | None],
     start: Callable[[], tuple[str, Callable[[], None]] | str],
     missing: str,
 ) -> Iterator[str]:
-    """Yield the URL of a server for the session: the one in ``variable`` (it must
-    answer), else ``local`` if it answers, else one ``start`` made (stopped afterwards),
-    else skip naming ``missing`` and why (fail with ``CI=true``)."""
-    explicit = os.environ.get(variable)
+    """Yield the URL of a server for the session: ``explicit``, the value of the
+    environment variable ``variable`` (it must answer), else ``local`` if it answers, else
+    one ``start`` made (stopped afterwards), else skip naming ``missing`` and why (fail
+    with ``CI=true``)."""
     if explicit:
         problem = unreachable(explicit)
         if problem is not None:
@@ -255,6 +256,7 @@ def session_server(
 def redis_server() -> Iterator[str]:
     """The URL of a Redis server for this session (see the comment above)."""
     yield from session_server(
+        os.environ.get("SOLOIST_TEST_REDIS_URL"),
         "SOLOIST_TEST_REDIS_URL",
         LOCAL_REDIS,
         redis_unreachable,
@@ -346,6 +348,7 @@ def start_throwaway_etcd() -> tuple[str, Callable[[], None]] | str:
 def etcd_server() -> Iterator[str]:
     """The URL of an etcd server for this session (see the comment above)."""
     yield from session_server(
+        os.environ.get("SOLOIST_TEST_ETCD_URL"),
         "SOLOIST_TEST_ETCD_URL",
         LOCAL_ETCD,
         etcd_unreachable,
