@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from soloist.clock import Clock, SystemClock, from_epoch_us, to_epoch_us
 from soloist.errors import ConfigError, DuplicateJobError, StoreError, StoreUnavailableError
@@ -130,7 +131,7 @@ class SQLiteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             # WAL lets readers run beside the one writer; NORMAL is durable across
             # application crashes in WAL mode, and only fsyncs at checkpoints.
-            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            row = _wal(conn, self.busy_timeout)
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             conn.close()
@@ -420,3 +421,18 @@ class SQLiteStore:
 def _us(ttl: timedelta) -> int:
     """A time to live in microseconds."""
     return ttl // timedelta(microseconds=1)
+
+
+def _wal(conn: sqlite3.Connection, patience: float) -> Any:
+    """``PRAGMA journal_mode = WAL``, tried again for up to ``patience`` seconds while
+    another connection holds the file: switching a fresh file to WAL takes an exclusive
+    lock, and SQLite answers "database is locked" at once there instead of waiting out the
+    busy timeout (several instances opening one new file at once)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
