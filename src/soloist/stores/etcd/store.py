@@ -779,8 +779,9 @@ class EtcdStore:
         """Trim batch after batch until the history is within its bounds; a store error
         ends it quietly (the next finished occurrence starts it again)."""
         with contextlib.suppress(StoreError):
-            while await self.trim_history() >= TRIM_BATCH:
-                pass
+            deleted = TRIM_BATCH
+            while deleted >= TRIM_BATCH:
+                deleted = await self.trim_history()
 
     async def trim_history(self, now: datetime | None = None) -> int:
         """Delete the oldest finished occurrences beyond the URL's ``history_max`` and those
