@@ -49,6 +49,7 @@ class JobContext:
     _loop: asyncio.AbstractEventLoop = field(repr=False)
     lease_lost: bool = False
     _logger: logging.LoggerAdapter[logging.Logger] | None = field(default=None, repr=False)
+    _extra: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
     def for_occurrence(
@@ -78,7 +79,13 @@ class JobContext:
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
         """A logger adding this occurrence's structured fields to each record."""
         if self._logger is None:
-            extra = {
+            self._logger = _FieldsAdapter(self._base_logger, self._fields())
+        return self._logger
+
+    def _fields(self) -> dict[str, Any]:
+        """The occurrence's structured fields (built once)."""
+        if self._extra is None:
+            self._extra = {
                 "job": self.job,
                 "scope": self.scope,
                 "plan_time": self.plan_time.isoformat(),
@@ -86,8 +93,17 @@ class JobContext:
                 "execution_id": self.occurrence_id,
                 "instance_id": self.instance_id,
             }
-            self._logger = _FieldsAdapter(self._base_logger, extra)
-        return self._logger
+        return self._extra
+
+    def _event(self, level: int, msg: str, args: tuple[Any, ...], extra: dict[str, Any]) -> None:
+        """Log one of the runtime's per-run lines (claimed, succeeded) with the
+        occurrence's fields, as ``logger.log`` would, minus the work that a line logged
+        twice per run cannot afford: the adapter and the caller's frame lookup (the record
+        names this module, line 0). The caller has checked that ``level`` is enabled."""
+        logger = self._base_logger
+        fields = {**self._fields(), **extra}
+        record = logger.makeRecord(logger.name, level, __file__, 0, msg, args, None, None, fields)
+        logger.handle(record)
 
     def heartbeat(self) -> None:
         """Renew the lease now, from a sync handler (leases are also renewed in the

@@ -53,6 +53,7 @@ RECORD_BUDGET = 2
 
 
 INFO = logging.INFO
+_CLAIMED = {"action": "claimed"}
 
 
 @dataclass
@@ -227,13 +228,12 @@ class Executor(Service):
             lateness = (occ.started_at - occ.plan_time).total_seconds()
             self.metrics.run_started(occ.job, lateness if lateness > 0 else 0.0)
         if self.logger.isEnabledFor(INFO):
-            ctx.logger.info(
+            fields = ctx._fields()
+            ctx._event(
+                INFO,
                 "claimed %s (plan %s, attempt %d, token %d)",
-                occ.job,
-                occ.plan_time.isoformat(),
-                occ.attempt,
-                occ.fencing_token,
-                extra={"action": "claimed"},
+                (occ.job, fields["plan_time"], occ.attempt, occ.fencing_token),
+                _CLAIMED,
             )
 
     def free_slots(self) -> int:
@@ -379,11 +379,11 @@ class Executor(Service):
         self.metrics.run_finished(occ.job, outcome.state.value, duration)
         if code is None:
             if self.logger.isEnabledFor(INFO):
-                ctx.logger.info(
+                ctx._event(
+                    INFO,
                     "succeeded %s in %.3fs",
-                    occ.job,
-                    duration,
-                    extra={"action": "succeeded", "duration_s": round(duration, 6)},
+                    (occ.job, duration),
+                    {"action": "succeeded", "duration_s": round(duration, 6)},
                 )
             return
         ctx.logger.warning(

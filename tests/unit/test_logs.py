@@ -1,0 +1,144 @@
+"""The handler and formatter that ``soloist.logs.configure`` installs (app.run()'s default
+logging): lines of a loop turn written together, nothing reordered or lost."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from soloist.logs import BATCH_CHARS, LoopBatchedHandler, TextFormatter
+
+
+class Writes:
+    """A stream that keeps each ``write`` call apart."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.calls.append(text)
+
+    def flush(self) -> None:
+        return None
+
+    @property
+    def lines(self) -> list[str]:
+        return "".join(self.calls).splitlines()
+
+
+def _logger(stream: Writes) -> tuple[logging.Logger, LoopBatchedHandler]:
+    handler = LoopBatchedHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger = logging.getLogger(f"soloist.test_logs.{id(stream)}")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return logger, handler
+
+
+def test_lines_of_one_loop_turn_are_one_write_at_its_end() -> None:
+    stream = Writes()
+    logger, _ = _logger(stream)
+
+    async def main() -> list[str]:
+        for i in range(5):
+            logger.info("line %d", i)
+        held = list(stream.calls)
+        await asyncio.sleep(0)  # the end of the turn
+        return held
+
+    held = asyncio.run(main())
+    assert held == []
+    assert stream.calls == ["".join(f"INFO line {i}\n" for i in range(5))]
+
+
+def test_a_warning_is_written_at_once_after_the_lines_held_before_it() -> None:
+    stream = Writes()
+    logger, _ = _logger(stream)
+
+    async def main() -> list[str]:
+        logger.info("first")
+        logger.warning("second")
+        logger.info("third")
+        written = list(stream.lines)
+        await asyncio.sleep(0)
+        return written
+
+    assert asyncio.run(main()) == ["INFO first", "WARNING second"]
+    assert stream.lines == ["INFO first", "WARNING second", "INFO third"]
+
+
+def test_lines_of_other_threads_are_written_at_once_and_keep_the_order() -> None:
+    stream = Writes()
+    logger, _ = _logger(stream)
+
+    async def main() -> list[str]:
+        logger.info("loop")
+        thread = threading.Thread(target=logger.info, args=("thread",))
+        thread.start()
+        thread.join()
+        return list(stream.lines)
+
+    assert asyncio.run(main()) == ["INFO loop", "INFO thread"]
+
+
+def test_flush_writes_what_is_held_and_a_closed_loop_loses_nothing() -> None:
+    stream = Writes()
+    logger, handler = _logger(stream)
+
+    async def main() -> None:
+        logger.info("held")
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(main())
+    loop.close()  # the turn's callback may never run
+    handler.flush()  # what logging.shutdown() does at exit
+    assert stream.lines.count("INFO held") == 1
+
+
+def test_more_than_the_batch_is_written_at_once() -> None:
+    stream = Writes()
+    logger, _ = _logger(stream)
+    big = "x" * (BATCH_CHARS // 3)
+
+    async def main() -> int:
+        for _ in range(4):
+            logger.info(big)
+        return len(stream.calls)
+
+    assert asyncio.run(main()) >= 1
+    assert len(stream.lines) == 4
+
+
+def test_a_second_loop_does_not_wait_for_the_first() -> None:
+    stream = Writes()
+    logger, _ = _logger(stream)
+    other = asyncio.new_event_loop()
+
+    async def log_on_other() -> None:
+        logger.info("other loop")
+
+    async def main() -> list[str]:
+        logger.info("main loop")
+        # Another loop in another thread logs while this turn's write is pending.
+        thread = threading.Thread(target=other.run_until_complete, args=(log_on_other(),))
+        thread.start()
+        thread.join()
+        return list(stream.lines)
+
+    try:
+        assert asyncio.run(main()) == ["INFO main loop", "INFO other loop"]
+    finally:
+        other.close()
+
+
+def test_the_cached_time_stamp_matches_the_standard_one() -> None:
+    ours, standard = TextFormatter(), logging.Formatter()
+    for created in (time.time(), 1_700_000_000.999, 1_700_000_001.0005, 1_700_000_001.5):
+        record = logging.makeLogRecord({"msg": "m", "created": created})
+        record.msecs = (created - int(created)) * 1000
+        assert ours.formatTime(record) == standard.formatTime(record)
+    record = logging.makeLogRecord({"msg": "m"})
+    assert ours.formatTime(record, "%H") == standard.formatTime(record, "%H")
