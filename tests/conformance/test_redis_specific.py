@@ -14,14 +14,17 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from soloist.context import JobContext
 from soloist.errors import ConfigError, StoreDataLostError, StoreError, StoreUnavailableError
 from soloist.models import (
     SLOTS,
     Claimed,
+    Kind,
     Occurrence,
     Outcome,
     Overlap,
@@ -30,6 +33,7 @@ from soloist.models import (
     State,
     stream_slot,
 )
+from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.base import Store
 from soloist.stores.memory import MemoryStore
@@ -242,6 +246,46 @@ async def test_the_server_clock_decides(store: RedisStore, raw: redis.Redis) -> 
     (got,) = await store.occurrence_claim("i1", ["task"], 1, TTL)
     assert got.started_at is not None and abs((got.started_at - now).total_seconds()) < 2
     assert got.lease_expires_at == got.started_at + TTL
+
+
+async def test_enqueue_is_one_script_call_due_by_the_server_clock(
+    store: RedisStore, raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aenqueue sends one command, the insert script: the server's TIME fixes created_at,
+    plan_time and due_at (now + delay) inside it; a key seen before returns the first
+    occurrence, unchanged."""
+    app = Scheduler(store)
+
+    @app.task(name="t")
+    async def t(ctx: JobContext) -> None:
+        return None
+
+    await app.aenqueue("t")  # warm-up: the client is made and connected
+    sent: list[str] = []
+    client = store._client()
+    execute = client.execute_command
+
+    async def counting(*args: Any, **kw: Any) -> Any:
+        sent.append(str(args[0]))
+        return await execute(*args, **kw)
+
+    monkeypatch.setattr(client, "execute_command", counting)
+    seconds, micros = raw.time()
+    before = datetime.fromtimestamp(int(seconds), tz=timezone.utc) + timedelta(
+        microseconds=int(micros)
+    )
+    occ_id = await app.aenqueue("t", delay="10s")
+    assert sent == ["EVALSHA"]
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None and occ.kind == Kind.TASK
+    assert before <= occ.created_at < before + timedelta(seconds=5)
+    assert occ.plan_time == occ.due_at == occ.created_at + timedelta(seconds=10)
+    first_id = await app.aenqueue("t", key="once")
+    sent.clear()
+    assert await app.aenqueue("t", key="once", delay="1h") == first_id
+    assert sent == ["EVALSHA"]
+    first = await store.occurrence_get(first_id)
+    assert first is not None and first.due_at == first.created_at
 
 
 async def test_a_newer_key_layout_is_refused(store: RedisStore, raw: redis.Redis) -> None:

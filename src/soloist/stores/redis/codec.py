@@ -93,6 +93,36 @@ def item_args(items: Sequence[NewOccurrence]) -> list[object]:
     return args
 
 
+#: Whole seconds from 0001-01-01 to the epoch: insert.lua's 'now' adds them to a due time
+#: made in the script to write its plan sort key (:data:`_PLAN_OFFSET` in seconds).
+PLAN_OFFSET_SECONDS = _PLAN_OFFSET // 1_000_000
+assert PLAN_OFFSET_SECONDS * 1_000_000 == _PLAN_OFFSET
+
+
+def item_now_args(item: NewOccurrence, delay: timedelta) -> list[object]:
+    """The script arguments of insert.lua's 'now': the delay in microseconds, the sort key
+    offset, then the 13 values of ``item`` (:func:`item_args`) with its plan time, sort
+    key and due time left empty (the script sets them to its now plus the delay)."""
+    (occ_id,) = new_ids(1)
+    return [
+        delay // _US,
+        PLAN_OFFSET_SECONDS,
+        occ_id,
+        item.dedupe_key,
+        item.job,
+        item.task,
+        item.scope,
+        "",
+        "",
+        "",
+        Kind(item.kind).value,
+        int(item.max_attempts),
+        Overlap(item.overlap).value,
+        object_json(item.payload, f"payload of {item.dedupe_key!r}"),
+        int(item.max_crashes),
+    ]
+
+
 def outcome_args(outcomes: Sequence[Outcome]) -> list[object]:
     """The 7 script arguments of each outcome (see runner.lua); PayloadError if a result
     does not encode."""

@@ -58,7 +58,7 @@ class RedisStore:
 
     A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
 
-    capabilities = Capabilities(notifies=True, checks_schema=True)
+    capabilities = Capabilities(notifies=True, inserts_at_now=True, checks_schema=True)
 
     def __init__(
         self,
@@ -240,8 +240,19 @@ class RedisStore:
     # -- occurrences ------------------------------------------------------------------------
     async def occurrence_insert(self, item: NewOccurrence) -> tuple[Occurrence, bool]:
         args = codec.item_args([item])
-        created, row = await self._run("insert", self._at(None), ["one", *args])
-        return codec.occurrence(row), bool(created)
+        created, rows = await self._run("insert", self._at(None), ["one", *args])
+        return codec.occurrences(rows)[0], bool(created)
+
+    async def occurrence_insert_now(
+        self, item: NewOccurrence, delay: timedelta = timedelta(0)
+    ) -> tuple[Occurrence, bool]:
+        """:meth:`occurrence_insert` with plan_time and due_at set to the store's now (the
+        script's: server ``TIME``, or the test clock) plus ``delay``, those of ``item``
+        ignored, in one script call: ``enqueue`` needs no separate round trip to read the
+        clock (the capability ``inserts_at_now``)."""
+        args = codec.item_now_args(item, delay)
+        created, rows = await self._run("insert", self._at(None), ["now", *args])
+        return codec.occurrences(rows)[0], bool(created)
 
     async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
         args = codec.item_args(items)

@@ -20,6 +20,7 @@ from soloist.models import (
     State,
 )
 from soloist.stores.base import Store
+from soloist.stores.core import checked
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance.base import T0, at, claim, insert, new_occurrence
 
@@ -144,6 +145,81 @@ class OccurrenceConformance:
         )
         assert sum(created for _, created in results) == 1
         assert len({occ.id for occ, _ in results}) == 1
+
+    # -- insert at the store's now (enqueue) ------------------------------------------------
+    async def test_insert_now_is_due_at_the_store_clock_plus_the_delay(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """occurrence_insert_now ignores the item's times: planned and due at the store's
+        now plus the delay, created at now, every other field as given, read back equal;
+        claimable from its due time on, not before."""
+        clock.advance(5)
+        item = new_occurrence(
+            "t:send:1",
+            job="send",
+            task="send",
+            due_at=at(9999),
+            kind=Kind.TASK,
+            max_attempts=3,
+            payload={"to": "a@b.c", "n": [1, 2]},
+            max_crashes=7,
+        )
+        occ, created = await checked(store).occurrence_insert_now(item, timedelta(seconds=10))
+        assert created and occ.created_at == at(5)
+        assert occ.plan_time == occ.due_at == at(15)
+        assert (occ.dedupe_key, occ.job, occ.task, occ.scope, occ.kind) == (
+            "t:send:1",
+            "send",
+            "send",
+            "",
+            Kind.TASK,
+        )
+        assert (occ.state, occ.attempt, occ.fencing_token) == (State.SCHEDULED, 0, 0)
+        assert (occ.max_attempts, occ.overlap, occ.crashes, occ.max_crashes) == (
+            3,
+            Overlap.ALLOW,
+            0,
+            7,
+        )
+        assert occ.payload == {"to": "a@b.c", "n": [1, 2]}
+        assert await store.occurrence_get(occ.id) == occ
+        assert await claim(store, tasks=["send"], now=at(14)) == []
+        (got,) = await claim(store, tasks=["send"], now=at(15))
+        assert got.id == occ.id
+
+    async def test_insert_now_with_a_known_key_returns_the_existing_row(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """A dedupe key inserted before (by either insert) is left as it was and returned,
+        whatever the new delay; a zero delay is due at once."""
+        first, created = await checked(store).occurrence_insert_now(new_occurrence("k"))
+        assert created and first.due_at == first.plan_time == first.created_at == T0
+        clock.advance(60)
+        again = new_occurrence("k", job="other", payload={"v": 2})
+        second, created = await checked(store).occurrence_insert_now(again, timedelta(hours=1))
+        assert not created and second == first
+        (planned,) = await insert(store, new_occurrence("planned", due_at=at(7)))
+        third, created = await checked(store).occurrence_insert_now(new_occurrence("planned"))
+        assert not created and third == planned
+        assert len(await store.occurrence_list()) == 2
+
+    async def test_insert_now_takes_its_place_in_the_claim_order(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """Rows of one due time are claimed by plan time, then insertion, whichever insert
+        wrote them: an enqueued row (planned at its due time) comes after a row due then but
+        planned a microsecond earlier, and before one planned a microsecond later."""
+        due = clock.advance(timedelta(seconds=20, microseconds=123)) + timedelta(seconds=10)
+        tick = timedelta(microseconds=1)
+        early = new_occurrence("early", plan_time=due - tick, due_at=due)
+        late = new_occurrence("late", plan_time=due + tick, due_at=due)
+        await insert(store, late, early)
+        occ, _ = await checked(store).occurrence_insert_now(
+            new_occurrence("now"), timedelta(seconds=10)
+        )
+        assert occ.plan_time == occ.due_at == due
+        claimed = await claim(store, limit=3, now=due)
+        assert [o.dedupe_key for o in claimed] == ["early", "now", "late"]
 
     # -- insert many -------------------------------------------------------------------------
     async def test_insert_many_creates_all(self, store: Store) -> None:
