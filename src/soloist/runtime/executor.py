@@ -1,6 +1,7 @@
 """The executor claims due occurrences and runs their handlers.
 
-Claims take as many occurrences as there are free slots in one store call. Sync handlers
+Claims take as many occurrences as there are free slots in one store call, plus a few
+claimed ahead while handlers are short (see "Claiming ahead" below). Sync handlers
 run in a thread pool, async handlers on the event loop; ``timeout`` cancels an async
 handler (a sync handler cannot be interrupted: its run is recorded as ``timeout`` and its
 late result is ignored). Every outcome is written fenced by the fencing token: if the
@@ -16,6 +17,23 @@ planning, a reaped lease), or ``poll_interval`` at most (stores that cannot noti
 
 The per-run path is kept short for many small tasks: log records are only built when
 their level is enabled, and async handlers run on the loop without a thread hop.
+
+**Claiming ahead.** With the default ``concurrency=10`` a claim per batch of free slots
+costs a store round trip per ten runs of a short task: the slots sit idle while the claim
+is answered. So while handlers are short, a claim also takes up to :data:`AHEAD_MAX`
+times ``concurrency`` more occurrences than there are free slots; they wait here
+(``waiting``, leases held and renewed like running ones) and start the moment a slot
+frees, with no round trip. How many is
+bounded by the time they would wait: no more than the slots would start within
+:data:`AHEAD_WAIT` at the recent handler duration (none while handlers take longer than
+that, none while any running handler has run longer than that). A run that still waits
+after :data:`AHEAD_HANDBACK` (slow handlers took every slot after all) is handed back to
+the store (:meth:`Store.lease_release`: claimable at once by any instance, its attempt not
+spent), as is every waiting run at a graceful stop; the line is topped up once it is down
+to half its target, in one claim. Their ``started_at`` in the store is the claim's time,
+about :data:`AHEAD_WAIT` at most before the handler starts. Outcomes: up to
+``AHEAD_MAX * concurrency`` finished runs may wait for their write, so that one write
+carries the outcomes of every run that finished during the one before.
 """
 
 from __future__ import annotations
@@ -24,6 +42,7 @@ import asyncio
 import functools
 import logging
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -50,6 +69,14 @@ JUST_DUE_RECHECK = 0.005
 #: How many lease TTLs an outcome's write is retried for at most, even while its lease is
 #: renewed (a store that answers renewals but refuses that write).
 RECORD_BUDGET = 2
+#: Claiming ahead: the longest a run claimed ahead is expected to wait for a slot (it sets
+#: how many are claimed ahead); past AHEAD_HANDBACK of waiting it is handed back.
+AHEAD_WAIT = 0.02
+AHEAD_HANDBACK = 1.0
+#: At most this many times ``concurrency`` runs are held claimed ahead.
+AHEAD_MAX = 10
+#: Weight of the newest run in the running average of handler durations.
+DURATION_WEIGHT = 0.2
 
 
 INFO = logging.INFO
@@ -68,7 +95,10 @@ class Run:
     #: The outcome has been handed to the completer: the run is no longer released on stop.
     recorded: bool = False
     cancelled_for_lease: bool = False
+    #: Monotonic time the handler started (or, while ``waiting``, the claim was sent).
     started: float = 0.0
+    #: Claimed ahead of a free slot: the handler has not started (see the module docstring).
+    waiting: bool = False
 
     @property
     def claim(self) -> Claimed:
@@ -113,6 +143,13 @@ class Executor(Service):
         self.call_timeout = (call_timeout or lease_ttl / 3).total_seconds()
         self.poll_interval = poll_interval.total_seconds()
         self.active: dict[str, Run] = {}
+        #: Runs claimed ahead, oldest first, not started yet (they are in ``active`` too).
+        self.waiting: deque[Run] = deque()
+        #: Running average of handler durations (s), None before the first run ends.
+        self.duration: float | None = None
+        #: Runs claimed ahead and runs handed back from the waiting line, ever (counters).
+        self.claimed_ahead = 0
+        self.handed_back = 0
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker", clock=self.clock)
         self.completer = Completer(bundle, store, call_timeout=self.call_timeout)
@@ -132,15 +169,25 @@ class Executor(Service):
         self._starved = False
         if not self.claiming:
             return self.poll_interval
+        self._launch_waiting()
+        if self.waiting:
+            await self._hand_back_stale()
         free = self.free_slots()
         tasks = self.claimable()
-        if free <= 0 or not tasks:
-            return self.poll_interval  # a finishing run wakes us
+        # After _launch_waiting, runs still wait only if no slot is free. The line is topped
+        # up once it has fallen to half its target, not a run at a time.
+        target = self.ahead_target()
+        ahead = target - len(self.waiting) if len(self.waiting) <= target // 2 else 0
+        want = free + ahead
+        if want <= 0 or not tasks:
+            # A finishing run wakes us; a waiting run is handed back if it waits too long.
+            return min(self.poll_interval, AHEAD_HANDBACK) if self.waiting else self.poll_interval
         sent = self.clock.monotonic()  # the store's lease runs from no earlier than this
-        claimed = await self.store.occurrence_claim(self.instance_id, tasks, free, self.lease_ttl)
+        claimed = await self.store.occurrence_claim(self.instance_id, tasks, want, self.lease_ttl)
         for occ in claimed:
-            self._start(occ, sent)
-        if len(claimed) == free:
+            self._claimed(occ, sent)
+        self._launch_waiting()
+        if len(claimed) == want:
             return 0.0
         self._starved = True
         next_due = await self.store.occurrence_next_due(tasks)
@@ -192,7 +239,71 @@ class Executor(Service):
             action="notify_failed",
         )
 
-    def _start(self, occ: Occurrence, started: float) -> None:
+    def ahead_target(self) -> int:
+        """How many runs to hold claimed ahead of a free slot now (see the module
+        docstring): as many as the slots start within AHEAD_WAIT at the recent handler
+        duration, at most ``AHEAD_MAX * concurrency``; none while a handler runs longer
+        than that."""
+        duration = self.duration
+        if duration is None or not self.claiming:
+            return 0
+        target = min(
+            AHEAD_MAX * self.concurrency, int(AHEAD_WAIT * self.concurrency / max(duration, 1e-6))
+        )
+        if target <= 0:
+            return 0
+        since = self.clock.monotonic() - AHEAD_WAIT
+        for run in self.active.values():
+            if run.started < since and not run.waiting and not run.recorded:
+                return 0  # a longer handler holds a slot: runs would wait behind it
+        return target
+
+    def _launch_waiting(self) -> None:
+        """Start waiting runs in the free slots, oldest first."""
+        while self.waiting and self.free_slots() > 0:
+            run = self.waiting.popleft()
+            run.waiting = False
+            if self.active.get(run.occ.id) is run:
+                self._launch(run)
+
+    async def _hand_back_stale(self) -> None:
+        """Hand the waiting runs back to the store if the oldest has waited longer than
+        AHEAD_HANDBACK (every slot is taken by longer handlers than expected)."""
+        if self.clock.monotonic() - self.waiting[0].started < AHEAD_HANDBACK:
+            return
+        runs = list(self.waiting)
+        try:
+            released = await asyncio.wait_for(
+                self.store.lease_release(self.instance_id, [r.claim for r in runs]),
+                self.call_timeout,
+            )
+        except Exception as exc:
+            self.logger.warning(
+                "could not hand back %d occurrence(s) claimed ahead (%s); they start here "
+                "when a slot frees",
+                len(runs),
+                exc,
+                extra={"action": "hand_back_failed", "instance_id": self.instance_id},
+            )
+            return
+        for run in runs:
+            # Fenced: a run not released was reaped meanwhile (its lease is gone either way).
+            if self.active.get(run.occ.id) is run and run.waiting:
+                del self.active[run.occ.id]
+                self.waiting.remove(run)
+                run.released = True
+                self.handed_back += 1
+        self.logger.info(
+            "handed back %d of %d occurrence(s) claimed ahead: every slot is busy with "
+            "longer handlers; any instance may claim them now",
+            len(released),
+            len(runs),
+            extra={"action": "handed_back", "instance_id": self.instance_id},
+        )
+
+    def _claimed(self, occ: Occurrence, sent: float) -> None:
+        """Take a claimed occurrence in: a run whose lease runs from ``sent``, waiting for
+        a slot (:meth:`_launch_waiting` starts it)."""
         loop = asyncio.get_running_loop()
 
         async def renew() -> bool:
@@ -205,7 +316,7 @@ class Executor(Service):
                 return not ctx.lease_lost
 
         ctx = JobContext.for_occurrence(occ, self.instance_id, self.logger, renew, loop)
-        run = Run(occ, ctx, started + self._ttl - self.lease_margin, started=started)
+        run = Run(occ, ctx, sent + self._ttl - self.lease_margin, started=sent, waiting=True)
         stale = self.active.get(occ.id)
         if stale is not None:
             # Reaped and claimed again by this instance while the lost run's (sync) handler
@@ -214,7 +325,12 @@ class Executor(Service):
             self.lose(stale)
             if stale.recorded:
                 self.recording -= 1
+            if stale.waiting:
+                self.waiting.remove(stale)
         self.active[occ.id] = run
+        self.waiting.append(run)
+        if len(self.waiting) > self.free_slots():
+            self.claimed_ahead += 1
         left = run.lease_deadline - self.clock.monotonic()
         if left <= 0:
             # The claim's answer came after the lease could be trusted: the handler is not
@@ -222,8 +338,6 @@ class Executor(Service):
             ctx.lease_lost = True
         elif left < self.call_timeout:
             self.on_short_lease()  # the heartbeater must not sleep past this deadline
-        task = run.task = loop.create_task(self._run(run), name=f"soloist-run-{occ.id}")
-        task.add_done_callback(functools.partial(self._finished, run))
         if occ.attempt == 1 and occ.started_at is not None:
             lateness = (occ.started_at - occ.plan_time).total_seconds()
             self.metrics.run_started(occ.job, lateness if lateness > 0 else 0.0)
@@ -236,14 +350,24 @@ class Executor(Service):
                 _CLAIMED,
             )
 
+    def _launch(self, run: Run) -> None:
+        """Start the handler of ``run`` now."""
+        run.started = self.clock.monotonic()
+        task = run.task = asyncio.get_running_loop().create_task(
+            self._run(run), name=f"soloist-run-{run.occ.id}"
+        )
+        task.add_done_callback(functools.partial(self._finished, run))
+
     def free_slots(self) -> int:
         """How many more handlers may start now.
 
         A slot is freed when its handler finishes, not when its outcome has been written,
         so that the next claim overlaps the write of the previous batch's outcomes; at most
-        ``concurrency`` more occurrences are held while their outcomes are written."""
-        running = len(self.active) - self.recording
-        return min(self.concurrency - running, 2 * self.concurrency - len(self.active))
+        ``AHEAD_MAX * concurrency`` more occurrences are held while their outcomes are
+        written (runs waiting for a slot aside)."""
+        started = len(self.active) - len(self.waiting)
+        running = started - self.recording
+        return min(self.concurrency - running, (1 + AHEAD_MAX) * self.concurrency - started)
 
     def _finished(self, run: Run, _task: object = None) -> None:
         if self.active.get(run.occ.id) is run:
@@ -314,6 +438,10 @@ class Executor(Service):
         occ, ctx = run.occ, run.ctx
         elapsed = self.clock.monotonic() - run.started
         duration = elapsed
+        average = self.duration
+        self.duration = (
+            elapsed if average is None else average + DURATION_WEIGHT * (elapsed - average)
+        )
         if code is ErrorCode.LEASE_LOST:
             self._lease_lost(run, message)
             return
@@ -479,6 +607,8 @@ class Executor(Service):
         seconds, then hand the leases of the rest back so another instance runs them."""
         self.claiming = False
         await self.stop()
+        # Runs claimed ahead never started: they are handed back with the leftovers below.
+        self.waiting.clear()
         pending = [r.task for r in self.active.values() if r.task is not None]
         if pending:
             sleeper = asyncio.ensure_future(self.clock.sleep(grace))
@@ -495,6 +625,7 @@ class Executor(Service):
         cancelled = []
         for run in leftovers:
             run.released = True
+            run.waiting = False
             if run.task is not None and self.registry.task(run.occ.task).is_async:
                 run.task.cancel()
                 cancelled.append(run.task)
