@@ -11,16 +11,25 @@ reads and writes on etcd, a pure-Python loop) so that figures taken on a noisy m
 be compared as ratios. docs/benchmarks.md explains
 the method and the results; bench/README.md says how to rerun.
 
-* **drain**: ``tasks`` no-op tasks (an ``async`` handler returning None) are drained by 1
-  and by 2 worker *processes* (``python -m soloist_bench worker``, each one soloist
-  instance with ``concurrency`` slots). The workers start first and sit idle; then all
-  tasks are inserted, due at once, in one ``occurrence_insert_many``, and the clock starts.
-  The figure is ``tasks / (last finished_at - first started_at)``, both read from the
-  store (the database clock): process start-up and the insert are outside the window.
-* **enqueue**: sequential ``aenqueue`` calls per second (one statement each), and rows per
-  second through ``occurrence_insert_many`` in batches of 1000, including building and
-  validating the rows as ``enqueue`` does.
-* **lateness** on an idle instance (one worker process, default settings): ``samples``
+* **drain**: ``tasks`` no-op tasks are drained by 1 and by 2 worker *processes*
+  (``python -m soloist_bench worker``, each one soloist instance), for each concurrency
+  (slots per process; default 10, the library's default, and 100) and each handler kind
+  (a plain ``def``, run on a thread of the instance's pool, and an ``async def``). The
+  workers log as ``app.run()`` sets up a program that configured nothing (INFO lines as
+  text to stderr: two per run, kept in a temporary file), unless ``worker_logging`` is
+  ``quiet``. The workers start first and sit idle; then all tasks are inserted, due at
+  once, in one ``occurrence_insert_many``, and the clock starts. The figure is ``tasks /
+  (last finished_at - first started_at)``, both read from the store (the database clock):
+  process start-up and the insert are outside the window. The handlers count their runs
+  by kind, and each drain reports those counts (``handler_runs``) and the lines the
+  workers logged.
+* **enqueue**: sequential ``aenqueue`` calls per second (one statement each; read against
+  the raw round trip and the raw single durable write of the same server: a one-row
+  ``INSERT`` in its own commit on PostgreSQL, an ``EVALSHA`` of an ``HSET`` and a ``ZADD``
+  on Redis), and rows per second through ``occurrence_insert_many`` in batches of 1000,
+  including building and validating the rows as ``enqueue`` does.
+* **lateness** on an idle instance (one worker process, default settings, an ``async
+  def`` handler): ``samples``
   tasks due at known instants ``spacing`` apart, inserted in advance (``started_at -
   due_at``: how precisely the executor's timer fires), and the same number enqueued "now"
   by this process while the worker idles (``started_at - created_at``: how fast a wake-up

@@ -1,17 +1,21 @@
 """The processes the benchmark starts (``soloist bench`` runs the benchmark itself):
-``python -m soloist_bench worker URL [--concurrency N]``: one drain worker process;
+``python -m soloist_bench worker URL [--concurrency N] [--handler def|async] [--logging
+default|quiet]``: one drain worker process (defaults: the library's concurrency, a plain
+``def`` handler, logging as ``app.run()`` sets it up);
 ``python -m soloist_bench leader URL INSTANCE_ID``: one failover instance;
 ``python -m soloist_bench scheduled URL INSTANCE_ID LOGDIR``: one planning instance."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
+from soloist_bench.config import HANDLERS, WORKER_LOGGING
 from soloist_bench.processes import leader_main, scheduled_main, worker_main
 
 USAGE = (
-    "usage: python -m soloist_bench worker URL [--concurrency N] | "
-    "leader URL INSTANCE_ID | scheduled URL INSTANCE_ID LOGDIR"
+    "usage: python -m soloist_bench worker URL [--concurrency N] [--handler def|async] "
+    "[--logging default|quiet] | leader URL INSTANCE_ID | scheduled URL INSTANCE_ID LOGDIR"
 )
 
 
@@ -23,8 +27,13 @@ def main(argv: list[str]) -> None:
         scheduled_main(argv[1], argv[2], argv[3])
         return
     if len(argv) >= 2 and argv[0] == "worker":
-        concurrency = int(argv[3]) if len(argv) >= 4 and argv[2] == "--concurrency" else None
-        worker_main(argv[1], concurrency)
+        parser = argparse.ArgumentParser(prog="python -m soloist_bench worker")
+        parser.add_argument("url")
+        parser.add_argument("--concurrency", type=int, default=None)
+        parser.add_argument("--handler", choices=HANDLERS, default="def")
+        parser.add_argument("--logging", choices=WORKER_LOGGING, default="default")
+        args = parser.parse_args(argv[1:])
+        worker_main(args.url, args.concurrency, args.handler, args.logging)
         return
     raise SystemExit(USAGE)
 

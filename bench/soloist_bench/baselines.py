@@ -43,10 +43,12 @@ async def measure_baseline(target: Target, config: BenchConfig) -> dict[str, Any
                 if not schema:
                     raise RuntimeError(f"no PostgreSQL schema on store {store!r}")
                 result["raw_insert_rows_per_s"] = await _raw_insert_rate(sql, schema, config)
+                result["raw_insert_one_per_s"] = await _raw_insert_one_rate(sql, schema)
         if target.kind == "redis":
             result["store_round_trips_per_s"] = await _rate(store.now, 1.0)
             async with raw_redis(url) as client:
                 result["ping_per_s"] = await _rate(client.ping, 1.0)
+                result["raw_script_per_s"] = await _raw_script_rate(client, url)
         if target.kind == "etcd":
             # No store.now() figure: the etcd store's clock is the member's, read from
             # an offset kept in this process, so it makes no round trip to time.
@@ -74,6 +76,73 @@ async def _raw_insert_rate(sql: RawSQL, schema: str, config: BenchConfig) -> flo
             {"ids": ids},
         )
     return config.tasks / (time.perf_counter() - started)
+
+
+async def _raw_insert_one_rate(sql: RawSQL, schema: str) -> float:
+    """Rows/s of durable single-row ``INSERT`` statements, one at a time in autocommit
+    (each its own commit, flushed to the WAL with ``synchronous_commit=on``), into a table
+    shaped like the occurrences an enqueue writes: a text primary key, a unique text key,
+    two timestamps and a small json payload. One ``aenqueue`` on this server cannot beat
+    it; ``SELECT 1`` commits nothing, so it is not bound by it."""
+    table = f'"{schema}".bench_raw_one'  # in the fresh bench schema
+    await sql(
+        f"CREATE TABLE {table} (id text PRIMARY KEY, dedupe_key text UNIQUE NOT NULL, "
+        "due_at timestamptz NOT NULL, created_at timestamptz NOT NULL, payload json)",
+    )
+    query = f"INSERT INTO {table} VALUES (%s, %s, now(), now(), %s::json)"  # noqa: S608
+
+    async def insert_one() -> None:
+        key = uuid.uuid4().hex
+        await sql(query, (key, f"t:{key}", "{}"))
+
+    return await _rate(insert_one, 1.0)
+
+
+#: The fields of the hash the raw Redis script writes: about 200 bytes, as an occurrence
+#: of the benchmark task holds (ids, job and task names, times, state, attempt, payload).
+_SCRIPT_FIELDS = (
+    ("id", "0" * 32),
+    ("job", "bench_noop"),
+    ("task", "bench_noop"),
+    ("scope", ""),
+    ("state", "scheduled"),
+    ("plan", "1790000000000000"),
+    ("due", "1790000000000000"),
+    ("created", "1790000000000000"),
+    ("att", "0"),
+    ("max", "1"),
+    ("overlap", "allow"),
+    ("payload", "{}"),
+    ("dedupe", "t:" + "0" * 32),
+)
+#: The fewest writes of one enqueue on Redis: the occurrence's hash, and its id in the
+#: due-time index.
+_RAW_SCRIPT = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+return 1
+"""
+
+
+async def _raw_script_rate(client: Any, url: str) -> float:
+    """``EVALSHA``/s of a trivial script doing what one enqueue minimally does on Redis: an
+    ``HSET`` of a new ~200-byte hash and a ``ZADD`` to one sorted set, one call at a time,
+    under the URL's fresh key prefix (removed with it)."""
+    from soloist.stores.redis import parse_url
+
+    base = parse_url(url).base + ":bench_raw"
+    sha = await client.script_load(_RAW_SCRIPT)
+    fields = [part for pair in _SCRIPT_FIELDS for part in pair]
+    count = 0
+
+    async def script() -> None:
+        nonlocal count
+        count += 1
+        member = f"{count:032x}"
+        keys = (f"{base}:occ:{member}", f"{base}:due")
+        await client.evalsha(sha, 2, *keys, count, member, *fields)
+
+    return await _rate(script, 1.0)
 
 
 #: A value of the size of the benchmark's occurrences as the etcd store writes them (a

@@ -8,21 +8,34 @@ from dataclasses import dataclass, field
 from soloist.context import JobContext
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
     "DEFAULT_FIGURES",
     "DRAIN_TIMEOUT",
     "FAILOVER_JOB",
     "FIGURES",
+    "HANDLERS",
     "LOCAL_POSTGRES",
     "NOOP",
     "PLANNED",
     "READY_TIMEOUT",
+    "WORKER_LOGGING",
     "BenchConfig",
+    "DrainSetting",
     "Echo",
     "noop",
 ]
 
-#: The benchmark's task: an async no-op (no thread hop, nothing but soloist's own work).
+#: The benchmark's task: a no-op, a plain ``def`` or an ``async def`` (HANDLERS).
 NOOP = "bench_noop"
+#: The handler kinds of the drain's task: ``def`` (what most users write: each run hops to
+#: a thread of the instance's pool) and ``async`` (``async def``: no thread hop).
+HANDLERS = ("def", "async")
+#: The drain's default slots per worker process: the library's default (10), then 100.
+DEFAULT_CONCURRENCY = (10, 100)
+#: How the worker processes log: ``default`` as ``app.run()`` sets up a program that has
+#: not configured logging (INFO lines as text to stderr: two per run), ``quiet`` WARNING
+#: and above only (logging left unconfigured).
+WORKER_LOGGING = ("default", "quiet")
 #: A PostgreSQL server to try when no store is given (the test suite's default).
 LOCAL_POSTGRES = "postgresql://127.0.0.1:5432/test"
 FAILOVER_JOB = "failover_tick"
@@ -45,8 +58,12 @@ class BenchConfig:
     stores: list[str]
     tasks: int = 10_000
     runs: int = 3
-    concurrency: int = 1000
+    #: The drain matrix: every concurrency x handler kind x process count is measured.
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    handlers: tuple[str, ...] = HANDLERS
     processes: tuple[int, ...] = (1, 2)
+    #: How the drain and lateness workers log (one of WORKER_LOGGING).
+    worker_logging: str = "default"
     samples: int = 50
     spacing: float = 0.1
     enqueue_calls: int = 2_000
@@ -73,7 +90,48 @@ class BenchConfig:
     def figures(self) -> tuple[str, ...]:
         return self.only or DEFAULT_FIGURES
 
+    def drain_settings(self) -> list[DrainSetting]:
+        """The drain matrix in the order it is measured and reported: the default
+        concurrencies first (10, then 100), then the others in increasing order; at each,
+        the process counts from the most, and ``def`` before ``async`` at each of those
+        (the two kinds are measured one after the other, so that their ratio is read
+        against the same moment of a noisy machine)."""
+
+        def rank(concurrency: int) -> tuple[int, int]:
+            if concurrency in DEFAULT_CONCURRENCY:
+                return DEFAULT_CONCURRENCY.index(concurrency), 0
+            return len(DEFAULT_CONCURRENCY), concurrency
+
+        return [
+            DrainSetting(concurrency, handler, processes)
+            for concurrency in sorted(dict.fromkeys(self.concurrency), key=rank)
+            for processes in sorted(set(self.processes), reverse=True)
+            for handler in HANDLERS
+            if handler in self.handlers
+        ]
+
+
+@dataclass(frozen=True)
+class DrainSetting:
+    """One cell of the drain matrix."""
+
+    concurrency: int
+    handler: str
+    processes: int
+
+    @property
+    def key(self) -> str:
+        """Its name in the JSON and in ratio names: ``c10_def_p2``."""
+        return f"c{self.concurrency}_{self.handler}_p{self.processes}"
+
+    @property
+    def label(self) -> str:
+        """Its name in the table: ``concurrency 10, def, 2 worker processes``."""
+        kind = "async def" if self.handler == "async" else "def"
+        plural = "process" if self.processes == 1 else "processes"
+        return f"concurrency {self.concurrency}, {kind}, {self.processes} worker {plural}"
+
 
 async def noop(ctx: JobContext) -> None:
-    """The benchmark task."""
+    """The benchmark task where it is only enqueued, never run (the enqueue figure)."""
     return None

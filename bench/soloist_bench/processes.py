@@ -6,47 +6,97 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from soloist import logs
 from soloist.clock import to_epoch_us
 from soloist.context import JobContext
 from soloist.scheduler import Scheduler
 from soloist.schedules import every
 from soloist.stores.base import Store
-from soloist_bench.config import FAILOVER_JOB, NOOP, PLANNED, READY_TIMEOUT, noop
+from soloist_bench.config import FAILOVER_JOB, NOOP, PLANNED, READY_TIMEOUT
 
-__all__ = ["Workers", "leader_main", "scheduled_main", "worker_main"]
+__all__ = ["RunCounter", "Workers", "leader_main", "scheduled_main", "worker_main"]
+
+
+class RunCounter:
+    """Runs of the benchmark task by handler kind, counted by the handler itself: the
+    drain reports them, so that a run that did not use the asked kind shows."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()  # ``def`` handlers run in the instance's threads
+
+    def handler(self, kind: str) -> Callable[[JobContext], Any]:
+        """The no-op task of ``kind`` (``def`` or ``async``), counting its runs here."""
+        counts, lock = self.counts, self._lock
+        if kind == "async":
+
+            async def noop(ctx: JobContext) -> None:
+                counts["async"] = counts.get("async", 0) + 1  # on the event loop only
+
+            return noop
+        if kind == "def":
+
+            def noop_def(ctx: JobContext) -> None:
+                with lock:
+                    counts["def"] = counts.get("def", 0) + 1
+
+            return noop_def
+        raise ValueError(f"invalid handler kind {kind!r}: expected 'def' or 'async'")
 
 
 class Workers:
-    """``count`` soloist instances serving the benchmark task on ``url``."""
+    """``count`` soloist instances serving the benchmark task on ``url``, its handler a
+    plain ``def`` or an ``async def`` (``handler``), logging as ``app.run()`` sets up by
+    default (``log_mode="default"``) or WARNING only (``"quiet"``). After the block,
+    :attr:`runs` holds the runs of the task by handler kind (as the handlers counted
+    them) and :attr:`log_lines` the lines the instances logged."""
 
-    def __init__(self, url: str, count: int, concurrency: int | None, memory: Store | None):
+    def __init__(
+        self,
+        url: str,
+        count: int,
+        concurrency: int | None,
+        memory: Store | None,
+        handler: str = "async",
+        log_mode: str = "quiet",
+    ):
         self.url, self.count, self.concurrency, self.memory = url, count, concurrency, memory
+        self.handler, self.log_mode = handler, log_mode
         self.procs: list[asyncio.subprocess.Process] = []
         self.apps: list[Scheduler] = []
-        # The workers' stderr, shown if one fails to start; open as long as they run,
-        # closed by __aexit__.
+        self.runs: dict[str, int] = {}
+        self.log_lines = 0
+        self._counter = RunCounter()  # in-process instances
+        # The workers' stderr (their logs), shown if one fails to start; open as long as
+        # they run, closed by __aexit__.
         self._logs = tempfile.TemporaryFile("w+")  # noqa: SIM115
+        self._restore_logging: Callable[[], None] | None = None
 
     async def __aenter__(self) -> Workers:
         if self.memory is not None:  # one process: the instances share the store object
+            if self.log_mode == "default":
+                self._restore_logging = _log_to(self._logs)
             for _ in range(self.count):
                 app = Scheduler(self.memory, **_options(self.concurrency))
-                app.task(name=NOOP)(noop)
+                app.task(name=NOOP)(self._counter.handler(self.handler))
                 await app.start()
                 self.apps.append(app)
         else:
             argv = ["-m", "soloist_bench", "worker", self.url]
             if self.concurrency is not None:
                 argv += ["--concurrency", str(self.concurrency)]
+            argv += ["--handler", self.handler, "--logging", self.log_mode]
             for _ in range(self.count):
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable, *argv, stdout=subprocess.PIPE, stderr=self._logs
@@ -75,17 +125,51 @@ class Workers:
         try:
             for app in self.apps:
                 await app.stop()
+            self.runs = dict(self._counter.counts)
             for proc in self.procs:
                 if proc.returncode is None:
                     proc.send_signal(signal.SIGTERM)
             for proc in self.procs:
                 try:
-                    await asyncio.wait_for(proc.wait(), 30)
+                    await asyncio.wait_for(self._collect(proc), 30)
                 except asyncio.TimeoutError:
                     proc.kill()
                     await proc.wait()
+            self._logs.flush()
+            self._logs.seek(0)
+            self.log_lines = sum(1 for _ in self._logs)
         finally:
+            if self._restore_logging is not None:
+                self._restore_logging()
             self._logs.close()
+
+    async def _collect(self, proc: asyncio.subprocess.Process) -> None:
+        """Wait for a stopped worker; add the runs it reported (its last line)."""
+        assert proc.stdout is not None
+        out = await proc.stdout.read()
+        await proc.wait()
+        for line in out.decode().splitlines():
+            if line.startswith("{"):
+                for kind, count in json.loads(line)["runs"].items():
+                    self.runs[kind] = self.runs.get(kind, 0) + int(count)
+
+
+def _log_to(stream: Any) -> Callable[[], None]:
+    """Send the root logger's INFO lines as text to ``stream``, as ``app.run()`` does to
+    stderr in a program that has not configured logging (:func:`soloist.logs.configure`);
+    returns what puts the previous set-up back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.TextFormatter())
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+    def restore() -> None:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+    return restore
 
 
 def _options(concurrency: int | None) -> dict[str, Any]:
@@ -95,12 +179,22 @@ def _options(concurrency: int | None) -> dict[str, Any]:
     return options
 
 
-def worker_main(url: str, concurrency: int | None) -> None:
-    """One benchmark worker process: serve the no-op task until SIGTERM. Prints ``ready``
-    once started. Logging stays unconfigured (WARNING and above reach stderr)."""
+def worker_main(
+    url: str, concurrency: int | None, handler: str = "def", log_mode: str = "default"
+) -> None:
+    """One benchmark worker process: serve the no-op task (a plain ``def`` or an ``async
+    def``, per ``handler``) until SIGTERM. Prints ``ready`` once started and, once stopped,
+    one JSON line ``{"runs": {kind: count}}`` (the runs its handler counted). With
+    ``log_mode="default"`` logging is set up as ``app.run()`` does where the program has
+    not (INFO lines as text to stderr); ``quiet`` leaves it unconfigured (WARNING and
+    above reach stderr)."""
+    if log_mode == "default" and not logging.getLogger().handlers:
+        logs.configure("INFO", "text")
     app = Scheduler(url, **_options(concurrency))
-    app.task(name=NOOP)(noop)
+    counter = RunCounter()
+    app.task(name=NOOP)(counter.handler(handler))
     asyncio.run(_serve(app))
+    print(json.dumps({"runs": counter.counts}), flush=True)
 
 
 def leader_main(url: str, instance_id: str) -> None:

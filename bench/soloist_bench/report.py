@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from soloist_bench.config import DrainSetting
 from soloist_bench.report_planning import planning_rows
 
 __all__ = ["brief", "median_of", "ms", "percentiles", "ratios", "table"]
@@ -29,16 +30,19 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median of every numeric figure over ``runs`` (nested dicts too), plus the runs."""
+    """The median of every numeric figure over ``runs`` (nested dicts too), plus the runs.
+    A figure missing from some runs (a worker that did not report) is the median of the
+    runs that have it."""
     first = runs[0]
     if "skipped" in first:
         return first
     merged: dict[str, Any] = {}
     for key, value in first.items():
+        having = [run[key] for run in runs if key in run]
         if isinstance(value, dict):
-            merged[key] = median_of([run[key] for run in runs])
+            merged[key] = median_of(having)
         elif isinstance(value, (int, float)):
-            merged[key] = statistics.median(run[key] for run in runs)
+            merged[key] = statistics.median(having)
     return merged
 
 
@@ -55,44 +59,99 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+#: The baselines a figure is read against, and their names in the table.
+_ROUND_TRIPS = {
+    "select_1_per_s": ("select_1", "SELECT 1"),
+    "ping_per_s": ("ping", "PING"),
+    "range_per_s": ("range", "etcd Range"),
+}
+_WRITES = {
+    "raw_put_and_txn_items_per_s": ("raw_put_and_txn", "etcd put + fenced txn"),
+}
+_SINGLE_WRITES = {
+    "raw_insert_one_per_s": ("raw_insert_one", "raw single INSERT"),
+    "raw_script_per_s": ("raw_script", "raw EVALSHA (HSET + ZADD)"),
+}
+
+
 def ratios(report: dict[str, Any]) -> dict[str, float]:
     """Figures relative to this run's baselines: comparable across machines and moments
     better than the raw figures are (the server and the CPU are shared)."""
+    return {name: value for name, _, _, value in _ratio_items(report)}
+
+
+def _ratio_items(report: dict[str, Any]) -> Iterator[tuple[str, str, str, float]]:
+    """Every ratio as ``(name, section, label, value)``: ``section`` is where the table
+    shows it (``drain``, ``enqueue``, ``planning``; ``json``: in the JSON only)."""
     base = report["baseline"]
-    ratios: dict[str, float] = {}
-    for processes, figures in report.get("drain", {}).items():
-        if "per_s" in figures:
-            ratios[f"drain_{processes}_per_million_python_loops"] = (
-                figures["per_s"] / base["python_loops_per_s"] * 1e6
-            )
-            if "select_1_per_s" in base:
-                ratios[f"drain_{processes}_over_select_1"] = (
-                    figures["per_s"] / base["select_1_per_s"]
+    drain = {k: v for k, v in report.get("drain", {}).items() if "per_s" in v}
+    for key, figures in drain.items():
+        label = _setting(figures).label
+        per_s = figures["per_s"]
+        yield (
+            f"drain_{key}_per_million_python_loops",
+            "json",
+            "",
+            per_s / base["python_loops_per_s"] * 1e6,
+        )
+        for name, (short, shown) in {**_ROUND_TRIPS, **_WRITES}.items():
+            if name in base:
+                yield (
+                    f"drain_{key}_over_{short}",
+                    "drain",
+                    f"drain / {shown}, {label}",
+                    per_s / base[name],
                 )
-            if "ping_per_s" in base:
-                ratios[f"drain_{processes}_over_ping"] = figures["per_s"] / base["ping_per_s"]
-            if "range_per_s" in base:
-                ratios[f"drain_{processes}_over_range"] = figures["per_s"] / base["range_per_s"]
-                ratios[f"drain_{processes}_over_raw_put_and_txn"] = (
-                    figures["per_s"] / base["raw_put_and_txn_items_per_s"]
+    for figures in drain.values():
+        setting = _setting(figures)
+        if setting.handler != "def":
+            continue
+        twin = DrainSetting(setting.concurrency, "async", setting.processes).key
+        if twin in drain:
+            plural = "process" if setting.processes == 1 else "processes"
+            yield (
+                f"drain_c{setting.concurrency}_p{setting.processes}_def_over_async",
+                "drain",
+                f"drain def / async def, concurrency {setting.concurrency}, "
+                f"{setting.processes} worker {plural}",
+                figures["per_s"] / drain[twin]["per_s"],
+            )
+    enqueue = report.get("enqueue")
+    if enqueue is not None and "single_per_s" in enqueue:
+        for name, (short, shown) in {**_ROUND_TRIPS, **_SINGLE_WRITES}.items():
+            if name in base:
+                yield (
+                    f"enqueue_single_over_{short}",
+                    "enqueue",
+                    f"enqueue: aenqueue rate / {shown} rate",
+                    enqueue["single_per_s"] / base[name],
+                )
+        for name, short, shown in (
+            ("raw_insert_rows_per_s", "raw_insert", "raw INSERT rows (batches of 1000)"),
+            ("raw_put_rows_per_s", "raw_put", "etcd raw puts (transactions of 128)"),
+        ):
+            if name in base:
+                yield (
+                    f"insert_many_over_{short}",
+                    "enqueue",
+                    f"enqueue: insert_many rows / {shown}",
+                    enqueue["insert_many_rows_per_s"] / base[name],
                 )
     tick = report.get("planning", {}).get("tick")
     if tick is not None:
         # A tick's cost in raw round trips of the same server: comparable across runs.
-        for name in ("select_1_per_s", "ping_per_s", "range_per_s"):
+        for name, (short, shown) in _ROUND_TRIPS.items():
             if name in base:
-                ratios[f"planning_tick_in_{name[:-6]}_round_trips"] = (
-                    tick["large"]["tick_ms"] / 1000 * base[name]
+                yield (
+                    f"planning_tick_in_{short}_round_trips",
+                    "planning",
+                    f"a large-index planning tick, in {shown} round trips",
+                    tick["large"]["tick_ms"] / 1000 * base[name],
                 )
-    if "raw_insert_rows_per_s" in base and "enqueue" in report:
-        ratios["insert_many_over_raw_insert"] = (
-            report["enqueue"]["insert_many_rows_per_s"] / base["raw_insert_rows_per_s"]
-        )
-    if "raw_put_rows_per_s" in base and "enqueue" in report:
-        ratios["insert_many_over_raw_put"] = (
-            report["enqueue"]["insert_many_rows_per_s"] / base["raw_put_rows_per_s"]
-        )
-    return ratios
+
+
+def _setting(figures: dict[str, Any]) -> DrainSetting:
+    return DrainSetting(figures["concurrency"], figures["handler"], figures["processes"])
 
 
 def table(result: dict[str, Any]) -> Iterator[str]:
@@ -100,7 +159,8 @@ def table(result: dict[str, Any]) -> Iterator[str]:
     yield ""
     yield (
         f"soloist bench, {result['date']}, nproc {result['nproc']}, Python {result['python']}, "
-        f"{result['settings']['tasks']} tasks, median of {result['settings']['runs']} runs"
+        f"{result['settings']['tasks']} tasks, median of {result['settings']['runs']} runs, "
+        f"worker logging {result['settings'].get('worker_logging', 'quiet')}"
     )
     for store in result["stores"]:
         server = {"postgresql": "PostgreSQL", "etcd": "etcd"}.get(store["kind"], store["kind"])
@@ -115,12 +175,18 @@ def table(result: dict[str, Any]) -> Iterator[str]:
 
 
 def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    items = list(_ratio_items(store))
     if "drain" in store:
-        for processes, figures in store["drain"].items():
-            label = f"drain: executions/s, {processes} worker process(es)"
-            yield label, figures.get("skipped") or f"{figures['per_s']:,.0f}"
+        skipped: set[int] = set()  # process counts said to be skipped (once each)
+        for figures in store["drain"].values():
+            setting = _setting(figures)
+            if "skipped" not in figures:
+                yield f"drain: executions/s, {setting.label}", f"{figures['per_s']:,.0f}"
+            elif setting.processes not in skipped:
+                skipped.add(setting.processes)
+                yield f"drain, {setting.processes} worker processes", figures["skipped"]
     if "enqueue" in store:
-        yield from _enqueue_rows(store["enqueue"])
+        yield from _enqueue_rows(store["enqueue"], items)
     if "lateness" in store:
         late = store["lateness"]
         for key, label in (
@@ -134,10 +200,18 @@ def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
     if "planning" in store:
         yield from planning_rows(store["planning"])
     yield from _baseline_rows(store)
+    for _, section, label, value in items:
+        if section in ("drain", "planning"):
+            yield f"ratio: {label}", f"{value:.3g}"
 
 
-def _enqueue_rows(enqueue: dict[str, Any]) -> Iterator[tuple[str, str]]:
+def _enqueue_rows(
+    enqueue: dict[str, Any], items: list[tuple[str, str, str, float]]
+) -> Iterator[tuple[str, str]]:
     yield "enqueue: aenqueue calls/s (sequential)", f"{enqueue['single_per_s']:,.0f}"
+    for name, section, label, value in items:
+        if section == "enqueue" and name.startswith("enqueue_single"):
+            yield label, f"{value:.3g}"
     yield (
         "enqueue: insert_many rows/s (batches of 1000)",
         f"{enqueue['insert_many_rows_per_s']:,.0f}",
@@ -146,6 +220,9 @@ def _enqueue_rows(enqueue: dict[str, Any]) -> Iterator[tuple[str, str]]:
         "enqueue: enqueue_many tasks/s (2 chunks of 1000 in flight)",
         f"{enqueue['enqueue_many_per_s']:,.0f}",
     )
+    for name, section, label, value in items:
+        if section == "enqueue" and name.startswith("insert_many"):
+            yield label, f"{value:.3g}"
 
 
 def _failover_rows(failover: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -173,6 +250,18 @@ def _baseline_rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
             "baseline: raw INSERT rows/s (batches of 1000)",
             f"{base['raw_insert_rows_per_s']:,.0f}",
         )
+        if "raw_insert_one_per_s" in base:
+            yield (
+                "baseline: raw single INSERTs/s (one row, one commit each)",
+                f"{base['raw_insert_one_per_s']:,.0f}",
+            )
+    if "ping_per_s" in base:
+        yield "baseline: PING round trips/s", f"{base['ping_per_s']:,.0f}"
+    if "raw_script_per_s" in base:
+        yield (
+            "baseline: raw EVALSHA/s (HSET of ~200 bytes + ZADD)",
+            f"{base['raw_script_per_s']:,.0f}",
+        )
     if "range_per_s" in base:
         yield "baseline: etcd single-key Range round trips/s", f"{base['range_per_s']:,.0f}"
         yield (
@@ -184,5 +273,3 @@ def _baseline_rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
             f"{base['raw_put_rows_per_s']:,.0f}",
         )
     yield "baseline: pure-Python loop iterations/s", f"{base['python_loops_per_s']:,.0f}"
-    for name, value in store["ratios"].items():
-        yield f"ratio: {name}", f"{value:.3g}"

@@ -74,16 +74,27 @@ async def bench_store(url: str, config: BenchConfig) -> dict[str, Any]:
 
 
 async def _drain(target: Target, config: BenchConfig) -> dict[str, Any]:
+    """The drain matrix (:meth:`BenchConfig.drain_settings`), keyed by setting
+    (``c10_def_p2``); each entry names its setting and holds the median and every run."""
     drain: dict[str, Any] = {}
-    for processes in config.processes:
-        if processes > 1 and not target.multiprocess:
-            drain[str(processes)] = {"skipped": f"not meaningful: {target.url} is one process"}
+    for setting in config.drain_settings():
+        named = {
+            "concurrency": setting.concurrency,
+            "handler": setting.handler,
+            "processes": setting.processes,
+        }
+        if setting.processes > 1 and not target.multiprocess:
+            drain[setting.key] = {
+                **named,
+                "skipped": f"not meaningful: {target.url} is one process",
+            }
             continue
-        drain[str(processes)] = await _repeat(
+        figures = await _repeat(
             config,
-            f"drain with {processes} worker(s)",
-            functools.partial(measure_drain, target, config, processes),
+            f"drain, {setting.label}",
+            functools.partial(measure_drain, target, config, setting),
         )
+        drain[setting.key] = {**named, **figures}
     return drain
 
 
@@ -137,7 +148,15 @@ async def run_bench(config: BenchConfig) -> dict[str, Any]:
         "settings": {
             "tasks": config.tasks,
             "runs": config.runs,
-            "concurrency": config.concurrency,
+            # The drain matrix (every setting measured is a key of each store's "drain").
+            "concurrency": list(config.concurrency),
+            "handlers": list(config.handlers),
+            "processes": list(config.processes),
+            "drain_settings": [setting.key for setting in config.drain_settings()],
+            # The drain's and the lateness workers' logging; lateness runs an async def
+            # handler at the library's default concurrency.
+            "worker_logging": config.worker_logging,
+            "lateness_handler": "async",
             "samples": config.samples,
             "spacing_s": config.spacing,
             "enqueue_calls": config.enqueue_calls,

@@ -15,7 +15,7 @@ from soloist.payload import validate_payload
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.base import Store
-from soloist_bench.config import DRAIN_TIMEOUT, NOOP, BenchConfig, noop
+from soloist_bench.config import DRAIN_TIMEOUT, NOOP, BenchConfig, DrainSetting, noop
 from soloist_bench.processes import Workers
 from soloist_bench.report import ms, percentiles
 from soloist_bench.targets import Target
@@ -59,13 +59,25 @@ async def _finished(store: Store, count: int, timeout: float) -> list[Occurrence
     return rows
 
 
-async def measure_drain(target: Target, config: BenchConfig, processes: int) -> dict[str, Any]:
+async def measure_drain(
+    target: Target, config: BenchConfig, setting: DrainSetting
+) -> dict[str, Any]:
+    """One drain of ``config.tasks`` no-op tasks by ``setting.processes`` workers of
+    ``setting.concurrency`` slots, the task's handler of kind ``setting.handler``."""
     url = target.fresh_url()
     store = open_store(url)
     try:
         await store.migrate()
         memory = store if target.kind == "memory" else None
-        async with Workers(url, processes, config.concurrency, memory) as workers:
+        workers = Workers(
+            url,
+            setting.processes,
+            setting.concurrency,
+            memory,
+            handler=setting.handler,
+            log_mode=config.worker_logging,
+        )
+        async with workers:
             now = await store.now()
             items = _items(config.tasks, lambda i: now)
             started = time.perf_counter()
@@ -84,6 +96,9 @@ async def measure_drain(target: Target, config: BenchConfig, processes: int) -> 
             "insert_s": inserted - started,
             "wall_per_s": config.tasks / (done - inserted),
             "instances_used": len(runners),
+            # As the handlers counted them (the workers report theirs when they stop).
+            "handler_runs": workers.runs,
+            "worker_log_lines": workers.log_lines,
         }
     finally:
         await store.close()
@@ -128,7 +143,7 @@ async def measure_lateness(target: Target, config: BenchConfig) -> dict[str, Any
     try:
         await store.migrate()
         memory = store if target.kind == "memory" else None
-        async with Workers(url, 1, None, memory) as workers:
+        async with Workers(url, 1, None, memory, "async", config.worker_logging) as workers:
             now = await store.now()
             first = now + timedelta(seconds=1)
             step = timedelta(seconds=config.spacing)

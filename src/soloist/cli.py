@@ -474,6 +474,10 @@ def demo(seconds: int, instances: int) -> None:
 #: The figures of ``soloist bench --only`` (soloist_bench.config.FIGURES; the bench is
 #: not importable here unless installed).
 BENCH_FIGURES = ("drain", "enqueue", "lateness", "failover", "planning")
+#: The drain's handler kinds and the workers' logging (soloist_bench.config.HANDLERS and
+#: WORKER_LOGGING).
+BENCH_HANDLERS = ("def", "async")
+BENCH_WORKER_LOGGING = ("default", "quiet")
 
 
 @main.command()
@@ -499,10 +503,25 @@ BENCH_FIGURES = ("drain", "enqueue", "lateness", "failover", "planning")
 )
 @click.option(
     "--concurrency",
-    default=1000,
-    show_default=True,
+    multiple=True,
     type=click.IntRange(1),
-    help="Slots of each drain worker process.",
+    help="Slots of each drain worker process (repeatable: each value is measured). "
+    "Default: 10 and 100.",
+)
+@click.option(
+    "--handler",
+    "handlers",
+    multiple=True,
+    type=click.Choice(BENCH_HANDLERS),
+    help="The drain task's handler: a plain def or an async def (repeatable). Default: both.",
+)
+@click.option(
+    "--worker-logging",
+    default="default",
+    show_default=True,
+    type=click.Choice(BENCH_WORKER_LOGGING),
+    help="How the drain and lateness workers log: as app.run() sets up by default (INFO "
+    "lines to stderr, kept in a temporary file) or quiet (WARNING and above).",
 )
 @click.option(
     "--samples", default=50, show_default=True, type=click.IntRange(1), help="Lateness samples."
@@ -588,7 +607,9 @@ def bench(
     json_path: str | None,
     tasks: int,
     runs: int,
-    concurrency: int,
+    concurrency: tuple[int, ...],
+    handlers: tuple[str, ...],
+    worker_logging: str,
     samples: int,
     only: tuple[str, ...],
     **planning: Any,
@@ -613,7 +634,6 @@ def bench(
         stores=list(stores) or [default_store_url()],
         tasks=tasks,
         runs=runs,
-        concurrency=concurrency,
         samples=samples,
         json_path=json_path,
         echo=click.echo,
@@ -628,5 +648,11 @@ def bench(
         cluster_instances=planning["planning_instances"],
         warmup=planning["planning_warmup"],
         window=planning["planning_window"],
+        worker_logging=worker_logging,
     )
+    # The drain matrix: the bench's defaults unless given.
+    if concurrency:
+        config.concurrency = tuple(dict.fromkeys(concurrency))
+    if handlers:
+        config.handlers = tuple(dict.fromkeys(handlers))
     _guard(lambda: bench_main(config))

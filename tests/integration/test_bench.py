@@ -11,8 +11,10 @@ SOLOIST = Path(sys.executable).parent / "soloist"
 
 
 def test_bench_reports_every_figure_on_the_memory_store(tmp_path: Path) -> None:
-    """A tiny benchmark on memory:// writes drain, enqueue, lateness and baseline figures,
-    and says why multi-process figures are skipped."""
+    """A tiny benchmark on memory:// at the default drain matrix writes drain (concurrency
+    10 and 100, a def and an async def handler, each run by the handler of its kind, with
+    the workers' default logging), enqueue, lateness and baseline figures, and says why
+    multi-process figures are skipped."""
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [
@@ -36,24 +38,74 @@ def test_bench_reports_every_figure_on_the_memory_store(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
+    assert report["settings"]["concurrency"] == [10, 100]
+    assert report["settings"]["handlers"] == ["def", "async"]
+    assert report["settings"]["worker_logging"] == "default"
     (store,) = report["stores"]
-    assert store["drain"]["1"]["per_s"] > 0
-    assert "skipped" in store["drain"]["2"] and "skipped" in store["failover"]
+    measured = {key: figures for key, figures in store["drain"].items() if "per_s" in figures}
+    assert list(measured) == ["c10_def_p1", "c10_async_p1", "c100_def_p1", "c100_async_p1"]
+    for figures in measured.values():
+        assert figures["per_s"] > 0
+        # The handlers count their runs: each drain ran the kind it names, every task.
+        assert figures["handler_runs"] == {figures["handler"]: 200}
+        # app.run()'s default logging: a "claimed" and a "succeeded" line per run.
+        assert figures["worker_log_lines"] >= 400
+    assert "skipped" in store["drain"]["c10_def_p2"] and "skipped" in store["failover"]
     assert store["enqueue"]["single_per_s"] > 0
     assert store["enqueue"]["insert_many_rows_per_s"] > 0
     assert store["lateness"]["timer_ms"]["p99"] >= 0
-    assert "drain: executions/s" in done.stdout
+    assert store["ratios"]["drain_c10_p1_def_over_async"] > 0
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| drain")]
+    assert [row.split("|")[1].strip() for row in rows] == [
+        "drain, 2 worker processes",
+        "drain: executions/s, concurrency 10, def, 1 worker process",
+        "drain: executions/s, concurrency 10, async def, 1 worker process",
+        "drain: executions/s, concurrency 100, def, 1 worker process",
+        "drain: executions/s, concurrency 100, async def, 1 worker process",
+    ]
+
+
+def test_bench_drain_options_pick_the_matrix_and_the_logging(tmp_path: Path) -> None:
+    """``--concurrency`` (repeatable), ``--handler`` and ``--worker-logging quiet`` choose
+    what the drain measures: only def handlers, at the concurrencies given (10 first, the
+    others after it), their instances logging nothing below WARNING."""
+    out = tmp_path / "bench.json"
+    args = ["--store", "memory://", "--only", "drain", "--tasks", "100", "--runs", "1"]
+    args += ["--concurrency", "3", "--concurrency", "10", "--handler", "def"]
+    args += ["--worker-logging", "quiet", "--json", str(out)]
+    done = subprocess.run(
+        [str(SOLOIST), "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["settings"]["handlers"] == ["def"]
+    assert report["settings"]["worker_logging"] == "quiet"
+    (store,) = report["stores"]
+    assert list(store["drain"]) == ["c10_def_p2", "c10_def_p1", "c3_def_p2", "c3_def_p1"]
+    for key in ("c10_def_p1", "c3_def_p1"):
+        figures = store["drain"][key]
+        assert figures["handler_runs"] == {"def": 100}
+        assert figures["worker_log_lines"] == 0
+    assert store["drain"]["c3_def_p1"]["concurrency"] == 3
+    assert "enqueue" not in store and "lateness" not in store
+    assert "concurrency 3, def, 1 worker process" in done.stdout
 
 
 def test_bench_on_redis_measures_with_processes_and_leaves_no_keys(
     tmp_path: Path, redis_url: str
 ) -> None:
-    """A small benchmark on redis:// drains with 1 and 2 worker processes, measures a
-    failover with rising epochs, and removes every key it wrote (fresh prefixes)."""
+    """A small benchmark on redis:// drains with 1 and 2 worker processes that run a plain
+    def handler and log as app.run() does, measures a failover with rising epochs and the
+    raw script baseline, and removes every key it wrote (fresh prefixes)."""
     import redis
 
     out = tmp_path / "bench.json"
     args = ["--tasks", "300", "--runs", "1", "--samples", "5", "--json", str(out)]
+    args += ["--concurrency", "10", "--handler", "def"]
     done = subprocess.run(
         [str(SOLOIST), "bench", "--store", redis_url, *args],
         capture_output=True,
@@ -64,9 +116,18 @@ def test_bench_on_redis_measures_with_processes_and_leaves_no_keys(
     assert done.returncode == 0, done.stderr
     (store,) = json.loads(out.read_text())["stores"]
     assert store["kind"] == "redis"
-    assert store["drain"]["1"]["per_s"] > 0 and store["drain"]["2"]["per_s"] > 0
+    assert list(store["drain"]) == ["c10_def_p2", "c10_def_p1"]
+    for figures in store["drain"].values():
+        assert figures["per_s"] > 0
+        # Counted by the handlers in the worker processes, reported when they stop.
+        assert figures["handler_runs"] == {"def": 300}
+        assert figures["worker_log_lines"] >= 600
+    assert store["drain"]["c10_def_p2"]["instances_used"] in (1, 2)
     assert store["failover"]["runs"][0]["epochs"] == [1, 2, 3]
-    assert store["baseline"]["ping_per_s"] > 0
+    assert store["baseline"]["ping_per_s"] > 0 and store["baseline"]["raw_script_per_s"] > 0
+    assert store["ratios"]["enqueue_single_over_raw_script"] > 0
+    assert store["ratios"]["drain_c10_def_p2_over_ping"] > 0
+    assert "aenqueue rate / raw EVALSHA (HSET + ZADD) rate" in done.stdout
     client = redis.Redis.from_url(redis_url.split("?")[0])
     try:
         assert list(client.scan_iter(match="*soloist-bench-*", count=1000)) == []
@@ -94,8 +155,9 @@ def test_bench_without_a_clone_says_how_to_install_it() -> None:
 
 
 async def test_bench_baselines_on_postgres_measure_the_raw_server(postgres_dsn: str) -> None:
-    """The PostgreSQL baselines (round trips, SELECT 1, raw inserts in the bench's fresh
-    schema) run through the store the bench opens, whatever wraps its driver."""
+    """The PostgreSQL baselines (round trips, SELECT 1, raw inserts in batches and one at a
+    time, in the bench's fresh schema) run through the store the bench opens, whatever
+    wraps its driver."""
     from soloist_bench.baselines import measure_baseline
     from soloist_bench.config import BenchConfig
     from soloist_bench.targets import Target
@@ -106,7 +168,7 @@ async def test_bench_baselines_on_postgres_measure_the_raw_server(postgres_dsn: 
         figures = await measure_baseline(target, config)
     finally:
         await target.cleanup()
-    assert figures["raw_insert_rows_per_s"] > 0
+    assert figures["raw_insert_rows_per_s"] > 0 and figures["raw_insert_one_per_s"] > 0
     assert figures["select_1_per_s"] > 0 and figures["store_round_trips_per_s"] > 0
 
 
@@ -142,6 +204,15 @@ async def test_bench_baselines_on_etcd_measure_the_raw_server(etcd_server: str) 
     assert left.count == 0
 
 
+def _drain(concurrency: int, handler: str, processes: int, per_s: float) -> dict[str, object]:
+    return {
+        "concurrency": concurrency,
+        "handler": handler,
+        "processes": processes,
+        "per_s": per_s,
+    }
+
+
 def test_bench_ratios_read_etcd_figures_against_its_baselines() -> None:
     """On etcd the drain is read against single-key reads and one-at-a-time put and
     transaction pairs, and insert_many against raw puts, of the same run."""
@@ -154,14 +225,82 @@ def test_bench_ratios_read_etcd_figures_against_its_baselines() -> None:
             "raw_put_and_txn_items_per_s": 100.0,
             "raw_put_rows_per_s": 8000.0,
         },
-        "drain": {"2": {"per_s": 500.0}},
-        "enqueue": {"insert_many_rows_per_s": 2000.0},
+        "drain": {"c10_def_p2": _drain(10, "def", 2, 500.0)},
+        "enqueue": {"single_per_s": 50.0, "insert_many_rows_per_s": 2000.0},
     }
     found = ratios(report)
-    assert found["drain_2_over_range"] == 0.5
-    assert found["drain_2_over_raw_put_and_txn"] == 5.0
+    assert found["drain_c10_def_p2_over_range"] == 0.5
+    assert found["drain_c10_def_p2_over_raw_put_and_txn"] == 5.0
     assert found["insert_many_over_raw_put"] == 0.25
+    assert found["enqueue_single_over_range"] == 0.05
     assert not any("ping" in name or "select_1" in name for name in found)
+
+
+def test_bench_table_leads_with_the_default_settings_and_reads_them_as_ratios() -> None:
+    """The table shows the drain at concurrency 10 (def, then async def; 2 processes, then
+    1) before 100 and before any other concurrency, then enqueue with aenqueue's ratios
+    to SELECT 1 and to a raw single INSERT; the ratios read each drain setting against
+    SELECT 1 and def against async def at the same setting."""
+    from soloist_bench.config import BenchConfig
+    from soloist_bench.report import ratios, table
+
+    config = BenchConfig(stores=["postgresql://x"], concurrency=(1000, 100, 10))
+    drain = {
+        s.key: _drain(
+            s.concurrency, s.handler, s.processes, 1000.0 if s.handler == "def" else 2000.0
+        )
+        for s in config.drain_settings()
+    }
+    store = {
+        "store": "postgresql://x",
+        "kind": "postgresql",
+        "server_version": "15",
+        "baseline": {
+            "python_loops_per_s": 2e6,
+            "store_round_trips_per_s": 3000.0,
+            "select_1_per_s": 4000.0,
+            "raw_insert_rows_per_s": 100_000.0,
+            "raw_insert_one_per_s": 1600.0,
+        },
+        "drain": drain,
+        "enqueue": {
+            "single_per_s": 800.0,
+            "insert_many_rows_per_s": 20_000.0,
+            "enqueue_many_per_s": 30_000.0,
+        },
+    }
+    store["ratios"] = ratios(store)
+    assert store["ratios"]["drain_c10_p2_def_over_async"] == 0.5
+    assert store["ratios"]["drain_c1000_async_p1_over_select_1"] == 0.5
+    assert store["ratios"]["enqueue_single_over_select_1"] == 0.2
+    assert store["ratios"]["enqueue_single_over_raw_insert_one"] == 0.5
+    result = {
+        "date": "today",
+        "nproc": 2,
+        "python": "3",
+        "settings": {"tasks": 10, "runs": 1, "worker_logging": "default"},
+        "stores": [store],
+    }
+    labels = [line.split("|")[1].strip() for line in table(result) if line.startswith("| ")]
+    assert labels[:9] == [
+        "figure",
+        "drain: executions/s, concurrency 10, def, 2 worker processes",
+        "drain: executions/s, concurrency 10, async def, 2 worker processes",
+        "drain: executions/s, concurrency 10, def, 1 worker process",
+        "drain: executions/s, concurrency 10, async def, 1 worker process",
+        "drain: executions/s, concurrency 100, def, 2 worker processes",
+        "drain: executions/s, concurrency 100, async def, 2 worker processes",
+        "drain: executions/s, concurrency 100, def, 1 worker process",
+        "drain: executions/s, concurrency 100, async def, 1 worker process",
+    ]
+    assert labels[9] == "drain: executions/s, concurrency 1000, def, 2 worker processes"
+    assert labels[13:16] == [
+        "enqueue: aenqueue calls/s (sequential)",
+        "enqueue: aenqueue rate / SELECT 1 rate",
+        "enqueue: aenqueue rate / raw single INSERT rate",
+    ]
+    assert "ratio: drain / SELECT 1, concurrency 10, def, 2 worker processes" in labels
+    assert "ratio: drain def / async def, concurrency 100, 1 worker process" in labels
 
 
 def test_bench_planning_figure_on_sqlite(tmp_path: Path) -> None:
@@ -228,8 +367,11 @@ def test_bench_planning_figure_on_sqlite(tmp_path: Path) -> None:
 
 
 def test_soloist_bench_offers_every_figure_of_the_benchmark() -> None:
-    """``soloist bench --only`` lists the figures the benchmark package measures."""
-    from soloist.cli import BENCH_FIGURES
-    from soloist_bench.config import FIGURES
+    """``soloist bench --only``, ``--handler`` and ``--worker-logging`` list the figures,
+    handler kinds and logging modes the benchmark package knows."""
+    from soloist.cli import BENCH_FIGURES, BENCH_HANDLERS, BENCH_WORKER_LOGGING
+    from soloist_bench.config import FIGURES, HANDLERS, WORKER_LOGGING
 
     assert BENCH_FIGURES == FIGURES
+    assert BENCH_HANDLERS == HANDLERS
+    assert BENCH_WORKER_LOGGING == WORKER_LOGGING
