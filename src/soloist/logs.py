@@ -74,9 +74,17 @@ class TextFormatter(logging.Formatter):
         return f"{stamp[1]},{int(record.msecs):03d}"  # the default_msec_format
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        if record.exc_info or record.exc_text or record.stack_info:
+            line = super().format(record)
+        else:  # what the format string gives, without its general machinery
+            record.message = record.getMessage()
+            record.asctime = self.formatTime(record)
+            line = f"{record.asctime} {record.levelname:<7} {record.message}"
+        found = record.__dict__
         extras = " ".join(
-            f"{k}={v}" for k, v in _fields(record).items() if k != "service" and v != ""
+            f"{name}={found[name]}"
+            for name in FIELDS
+            if name in found and name != "service" and found[name] != ""
         )
         return f"{line}  [{extras}]" if extras else line
 

@@ -142,3 +142,42 @@ def test_the_cached_time_stamp_matches_the_standard_one() -> None:
         assert ours.formatTime(record) == standard.formatTime(record)
     record = logging.makeLogRecord({"msg": "m"})
     assert ours.formatTime(record, "%H") == standard.formatTime(record, "%H")
+
+
+def test_text_lines_read_as_the_format_string_says() -> None:
+    ours = TextFormatter()
+    plain = logging.Formatter("%(asctime)s %(levelname)-7s %(message)s")
+    records = [
+        logging.makeLogRecord(
+            {
+                "msg": "claimed %s (attempt %d)",
+                "args": ("tick", 2),
+                "levelno": 20,
+                "levelname": "INFO",
+                "job": "tick",
+                "scope": "",
+                "attempt": 2,
+                "action": "claimed",
+            }
+        ),
+        logging.makeLogRecord({"msg": "no fields", "levelname": "WARNING", "levelno": 30}),
+    ]
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        records.append(
+            logging.makeLogRecord(
+                {"msg": "failed", "levelname": "ERROR", "exc_info": sys.exc_info(), "job": "j"}
+            )
+        )
+    expected = [
+        plain.format(records[0]) + "  [action=claimed job=tick attempt=2]",
+        plain.format(records[1]),
+        plain.format(records[2]) + "  [job=j]",
+    ]
+    got = [ours.format(record) for record in records]
+    assert got[:2] == expected[:2]
+    assert got[2].startswith(expected[2].split("\n")[0]) and "ValueError: boom" in got[2]
+    assert got[2].endswith("  [job=j]")
