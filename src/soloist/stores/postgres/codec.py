@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from soloist.clock import UTC
@@ -46,7 +46,9 @@ __all__ = [
     "complete_params",
     "cursor",
     "due_batch",
+    "insert_now_params",
     "insert_params",
+    "inserted",
     "instance",
     "instance_params",
     "items_params",
@@ -118,6 +120,63 @@ def occurrence(row: Sequence[Any]) -> Occurrence:
 _KIND = {kind.value: kind for kind in Kind}
 _STATE = {state.value: state for state in State}
 _OVERLAP = {overlap.value: overlap for overlap in Overlap}
+
+
+def inserted(
+    item: NewOccurrence, params: dict[str, Any], created_at: datetime, due_at: datetime
+) -> Occurrence:
+    """The row ``Queries.insert_now`` just wrote for ``item`` with ``params``
+    (:func:`insert_now_params`), from what the database answered: created_at, and due_at,
+    which is also the plan time. Every other column is the item's or a new row's default,
+    so nothing is read back; the payload is decoded from the JSON text sent, as a read of
+    the row would give it."""
+    due = utc(due_at)
+    text = params["payload"]
+    return Occurrence(
+        params["id"],
+        item.dedupe_key,
+        item.job,
+        item.task,
+        item.scope,
+        due,
+        due,
+        _KIND[params["kind"]],
+        State.SCHEDULED,
+        0,
+        params["max_attempts"],
+        _OVERLAP[params["overlap"]],
+        {} if text == "{}" else json.loads(text),
+        None,
+        None,
+        0,
+        utc(created_at),
+        None,
+        None,
+        None,
+        None,
+        None,
+        0,
+        params["max_crashes"],
+    )
+
+
+def insert_now_params(item: NewOccurrence, delay: timedelta) -> dict[str, Any]:
+    """Parameters of ``Queries.insert_now`` for ``item`` due after ``delay`` (validated; a
+    new id), but ``now`` and ``channel``, which the store adds."""
+    (occ_id,) = new_ids(1)
+    return {
+        "id": occ_id,
+        "dedupe_key": item.dedupe_key,
+        "job": item.job,
+        "task": item.task,
+        "scope": item.scope,
+        "delay": delay,
+        "kind": Kind(item.kind).value,
+        "max_attempts": int(item.max_attempts),
+        "overlap": Overlap(item.overlap).value,
+        "payload": payload_json(item),
+        "max_crashes": int(item.max_crashes),
+    }
 
 
 def insert_params(item: NewOccurrence) -> dict[str, Any]:

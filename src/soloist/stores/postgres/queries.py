@@ -258,11 +258,15 @@ SELECT {_COLS},
        (SELECT count(*) FROM ({_WAKE} FROM inserted WHERE due_at {_SOON}) AS wake)
 FROM inserted
 """
-# The same, due the statement's instant plus %(delay)s: ``enqueue`` in one round trip.
-_INSERT_NOW = _INSERT.replace(
-    "%(plan_time)s, %(due_at)s", "clock.now + %(delay)s, clock.now + %(delay)s"
+# The same, due the statement's instant plus %(delay)s: ``enqueue`` in one round trip. It
+# answers only what the database decided, created_at and due_at (the rest of the new row is
+# the item's: ``codec.inserted``), not the 24 columns of the row; no row on a known key.
+_INSERT_NOW = (
+    _INSERT.replace("%(plan_time)s, %(due_at)s", "clock.now + %(delay)s, clock.now + %(delay)s")
+    .replace(f"RETURNING {_COLS}", "RETURNING created_at, due_at")
+    .replace(f"SELECT {_COLS},", "SELECT created_at, due_at,")
 )
-assert _INSERT_NOW != _INSERT
+assert _INSERT_NOW.count("%(delay)s") == 2 and _COLS not in _INSERT_NOW
 
 # Many new occurrences from ``codec.items_params``, in key order: ids, keys and payloads
 # are JSON arrays (``json`` keeps each payload's text as written, so payloads read back

@@ -6,6 +6,9 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
+from psycopg.pq import ExecStatus
+
 from soloist.clock import Clock
 from soloist.errors import DuplicateJobError, StoreError
 from soloist.models import (
@@ -91,7 +94,7 @@ class PostgresStore:
     async def _rows(self, query: str, params: dict[str, Any]) -> list[Row]:
         async def fetch(conn: Conn) -> list[Row]:
             cursor = await conn.execute(query, params)
-            return await cursor.fetchall() if cursor.description is not None else []
+            return await cursor.fetchall() if _returns_rows(cursor) else []
 
         with self._conns.translated():
             return await self._conns.using(fetch)
@@ -124,7 +127,7 @@ class PostgresStore:
         async def fetch(conn: Conn) -> list[list[Row]]:
             async with conn.pipeline():
                 cursors = [await conn.execute(query, params) for query, params in statements]
-            return [await c.fetchall() if c.description is not None else [] for c in cursors]
+            return [await c.fetchall() if _returns_rows(c) else [] for c in cursors]
 
         with self._conns.translated():
             return await self._conns.using(fetch)
@@ -227,12 +230,11 @@ class PostgresStore:
         ``delay`` (those of ``item`` are ignored), in one statement: ``enqueue`` needs no
         separate round trip to read the database's clock (the capability
         ``inserts_at_now``)."""
-        params = codec.insert_params(item)
-        del params["plan_time"], params["due_at"]
-        params.update(delay=delay, now=self._at(None), channel=self.target.channel)
+        params = codec.insert_now_params(item, delay)
+        params["now"], params["channel"] = self._at(None), self.target.channel
         row = await self._row(self._sql.insert_now, params)
         if row is not None:
-            return codec.occurrence(row), True
+            return codec.inserted(item, params, row[0], row[1]), True
         return await self._existing(item.dedupe_key), False
 
     async def _existing(self, dedupe_key: str) -> Occurrence:
@@ -496,3 +498,13 @@ class PostgresStore:
 
     async def instance_remove(self, instance_id: str) -> None:
         await self._rows(self._coord.instance_remove, {"instance": instance_id})
+
+
+def _returns_rows(cursor: psycopg.AsyncCursor[Row]) -> bool:
+    """Whether the cursor's statement returned rows (``cursor.description is not None``,
+    without building a Column object per result column on every call)."""
+    result = cursor.pgresult
+    return result is not None and (bool(result.nfields) or result.status == _TUPLES_OK)
+
+
+_TUPLES_OK = ExecStatus.TUPLES_OK
