@@ -233,9 +233,11 @@ class Runtime:
             return
         self._stopped = True
         log.info(
-            "instance %s stopping: no new claims, %d running, grace %.0fs",
+            "instance %s stopping: no new claims, %d running, %d claimed ahead (handed back "
+            "now), grace %.0fs",
             self.config.instance_id,
-            len(self.executor.active),
+            len(self.executor.active) - len(self.executor.waiting),
+            len(self.executor.waiting),
             self.config.grace_period.total_seconds(),
             extra={"action": "stopping", "instance_id": self.config.instance_id},
         )

@@ -45,6 +45,8 @@ FIRST_RETRY_PAUSE = 0.05
 MAX_RETRY_PAUSE = 1.0
 #: The shortest deadline a store call gets (below it, the call is not worth starting).
 MIN_CALL_TIMEOUT = 0.05
+#: A write unanswered for this long (s) counts as stalled (see :meth:`Completer.stalled`).
+STALLED = 0.25
 
 
 @dataclass
@@ -81,10 +83,19 @@ class Completer:
         self._pending: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
         self._retries: set[asyncio.Task[None]] = set()
+        #: Monotonic time the write in flight was sent, None when none is.
+        self._writing_since: float | None = None
         #: Store calls made, outcomes written, and writes retried, for tests and metrics.
         self.writes = 0
         self.written = 0
         self.retried = 0
+
+    def stalled(self) -> bool:
+        """Writes are not going through: an outcome is being retried after a failed write,
+        or the write in flight has gone unanswered for :data:`STALLED` (the executor then
+        holds fewer finished runs, and claims nothing ahead)."""
+        since = self._writing_since
+        return bool(self._retries) or (since is not None and self.monotonic() - since > STALLED)
 
     @property
     def idle(self) -> bool:
@@ -121,7 +132,11 @@ class Completer:
                 await asyncio.sleep(0)  # runs finishing in this loop turn join the batch
                 batch = self._pending[: self.max_batch]
                 del self._pending[: len(batch)]
-                await self._write(batch)
+                self._writing_since = self.monotonic()
+                try:
+                    await self._write(batch)
+                finally:
+                    self._writing_since = None
                 batch = []
         finally:
             # Only reached with work left if this task was cancelled (the loop is closing):

@@ -23,17 +23,29 @@ costs a store round trip per ten runs of a short task: the slots sit idle while 
 is answered. So while handlers are short, a claim also takes up to :data:`AHEAD_MAX`
 times ``concurrency`` more occurrences than there are free slots; they wait here
 (``waiting``, leases held and renewed like running ones) and start the moment a slot
-frees, with no round trip. How many is
-bounded by the time they would wait: no more than the slots would start within
-:data:`AHEAD_WAIT` at the recent handler duration (none while handlers take longer than
-that, none while any running handler has run longer than that). A run that still waits
-after :data:`AHEAD_HANDBACK` (slow handlers took every slot after all) is handed back to
-the store (:meth:`Store.lease_release`: claimable at once by any instance, its attempt not
-spent), as is every waiting run at a graceful stop; the line is topped up once it is down
-to half its target, in one claim. Their ``started_at`` in the store is the claim's time,
-about :data:`AHEAD_WAIT` at most before the handler starts. Outcomes: up to
-``AHEAD_MAX * concurrency`` finished runs may wait for their write, so that one write
-carries the outcomes of every run that finished during the one before.
+frees, with no round trip; the line is topped up, in one claim, once it is down to half.
+How many is bounded by the time they would wait: no more than the slots start within
+:data:`AHEAD_WAIT` at the recent duration of handlers (none while handlers take longer
+than that, while any running handler has run longer than that, or while outcome writes
+are being retried). What may go wrong, and what is done about it:
+
+* slots stay busy after all (longer handlers came in the same claim): a run that has
+  waited :data:`AHEAD_HANDBACK` is handed back (:meth:`Store.lease_release`: claimable
+  at once by any instance, its attempt not spent; its audit log shows ``released``), as
+  are all waiting runs at a graceful stop, before the grace period, and the runs of a
+  task this instance no longer claims (a leader that stepped down);
+* a run of an overlap group (``skip``, ``queue``) is shown running by the store while it
+  waits, which holds its group's next instant back: it goes to the front of the line
+  and is handed back after :data:`AHEAD_HANDBACK_GROUPED`;
+* a hand-back whose answer is lost may have applied: its runs never start here (they
+  expire and are reaped, a crash), so that none runs twice;
+* a waiting run whose lease this instance stops trusting (renewals failed, the process
+  was frozen) is dropped, not started: it runs again once reaped;
+* the instance dies: waiting runs are reaped with the running ones when their leases
+  expire, each counting one crash against ``max_crashes`` though it never started.
+
+The store's ``started_at`` of a run claimed ahead is the claim's time (typically a few
+milliseconds before the handler starts); the lateness metric adds the wait here.
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ from typing import Any
 from soloist.config import lease_margin
 from soloist.context import JobContext
 from soloist.errors import LeaseLostError, StoreError
-from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
+from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, Overlap, State
 from soloist.payload import summarise_result
 from soloist.registry import Registry, TaskDef
 from soloist.runtime.completer import MIN_CALL_TIMEOUT, Completer
@@ -73,6 +85,9 @@ RECORD_BUDGET = 2
 #: how many are claimed ahead); past AHEAD_HANDBACK of waiting it is handed back.
 AHEAD_WAIT = 0.02
 AHEAD_HANDBACK = 1.0
+#: A waiting run of an overlap group (skip, queue) is handed back sooner: while it waits,
+#: the store shows it running, which holds its group's next instants back.
+AHEAD_HANDBACK_GROUPED = 0.1
 #: At most this many times ``concurrency`` runs are held claimed ahead.
 AHEAD_MAX = 10
 #: Weight of the newest run in the running average of handler durations.
@@ -80,6 +95,7 @@ DURATION_WEIGHT = 0.2
 
 
 INFO = logging.INFO
+ALLOW = Overlap.ALLOW
 _CLAIMED = {"action": "claimed"}
 
 
@@ -99,6 +115,8 @@ class Run:
     started: float = 0.0
     #: Claimed ahead of a free slot: the handler has not started (see the module docstring).
     waiting: bool = False
+    #: Monotonic time the claim was sent (the lease's start).
+    claimed_at: float = 0.0
 
     @property
     def claim(self) -> Claimed:
@@ -169,11 +187,13 @@ class Executor(Service):
         self._starved = False
         if not self.claiming:
             return self.poll_interval
-        self._launch_waiting()
-        if self.waiting:
-            await self._hand_back_stale()
-        free = self.free_slots()
         tasks = self.claimable()
+        if self.waiting:
+            await self._hand_back_waiting(tasks)
+            if not self.claiming:  # a stop began meanwhile
+                return self.poll_interval
+        self._launch_waiting()
+        free = self.free_slots()
         # After _launch_waiting, runs still wait only if no slot is free. The line is topped
         # up once it has fallen to half its target, not a run at a time.
         target = self.ahead_target()
@@ -181,7 +201,7 @@ class Executor(Service):
         want = free + ahead
         if want <= 0 or not tasks:
             # A finishing run wakes us; a waiting run is handed back if it waits too long.
-            return min(self.poll_interval, AHEAD_HANDBACK) if self.waiting else self.poll_interval
+            return self._until_hand_back()
         sent = self.clock.monotonic()  # the store's lease runs from no earlier than this
         claimed = await self.store.occurrence_claim(self.instance_id, tasks, want, self.lease_ttl)
         for occ in claimed:
@@ -192,8 +212,9 @@ class Executor(Service):
         self._starved = True
         next_due = await self.store.occurrence_next_due(tasks)
         if next_due is None:
-            return self.poll_interval
-        return idle_delay((next_due - await self.store.now()).total_seconds(), self.poll_interval)
+            return self._until_hand_back()
+        delay = idle_delay((next_due - await self.store.now()).total_seconds(), self.poll_interval)
+        return min(delay, self._until_hand_back())
 
     async def wait(self, seconds: float) -> None:
         """Wait as :meth:`Service.wait` does, and also for a wake-up from the store when the
@@ -243,9 +264,9 @@ class Executor(Service):
         """How many runs to hold claimed ahead of a free slot now (see the module
         docstring): as many as the slots start within AHEAD_WAIT at the recent handler
         duration, at most ``AHEAD_MAX * concurrency``; none while a handler runs longer
-        than that."""
+        than that, nor while outcomes wait for a store that refuses them."""
         duration = self.duration
-        if duration is None or not self.claiming:
+        if duration is None or not self.claiming or self.completer.stalled():
             return 0
         target = min(
             AHEAD_MAX * self.concurrency, int(AHEAD_WAIT * self.concurrency / max(duration, 1e-6))
@@ -259,19 +280,52 @@ class Executor(Service):
         return target
 
     def _launch_waiting(self) -> None:
-        """Start waiting runs in the free slots, oldest first."""
+        """Start waiting runs in the free slots: those of an overlap group first (see
+        :meth:`_claimed`), then the oldest. A run whose lease this instance no longer
+        trusts is dropped instead (:meth:`lose`): it runs again once reaped."""
+        now = self.clock.monotonic()
         while self.waiting and self.free_slots() > 0:
             run = self.waiting.popleft()
+            if now >= run.lease_deadline or run.ctx.lease_lost:
+                self.lose(run)  # (off the line already: lose() drops it from active)
+                continue
             run.waiting = False
-            if self.active.get(run.occ.id) is run:
-                self._launch(run)
+            self._launch(run)
 
-    async def _hand_back_stale(self) -> None:
-        """Hand the waiting runs back to the store if the oldest has waited longer than
-        AHEAD_HANDBACK (every slot is taken by longer handlers than expected)."""
-        if self.clock.monotonic() - self.waiting[0].started < AHEAD_HANDBACK:
-            return
-        runs = list(self.waiting)
+    def _until_hand_back(self) -> float:
+        """Seconds until the next waiting run is due to be handed back (or the poll
+        interval when none waits)."""
+        if not self.waiting:
+            return self.poll_interval
+        now = self.clock.monotonic()
+        due = min(run.claimed_at + _hand_back_after(run) for run in self.waiting)
+        return max(0.0, min(self.poll_interval, due - now))
+
+    async def _hand_back_waiting(self, claimable: Sequence[str]) -> None:
+        """Hand back the waiting runs that waited too long (AHEAD_HANDBACK; a run of an
+        overlap group sooner) or whose task this instance no longer claims (a leader that
+        stepped down)."""
+        now = self.clock.monotonic()
+        tasks = set(claimable)
+        stale = [
+            run
+            for run in self.waiting
+            if now - run.claimed_at >= _hand_back_after(run) or run.occ.task not in tasks
+        ]
+        if stale:
+            await self.hand_back(stale, "every slot is busy with longer handlers")
+
+    async def hand_back(self, runs: Sequence[Run], why: str) -> None:
+        """Give waiting runs back to the store (:meth:`Store.lease_release`): claimable at
+        once by any instance, their attempt not spent. They leave the line and ``active``
+        before the call, so they never start here: if the call fails, whether it applied is
+        unknown, so they are left to expire and be reaped (a crash), never run here too."""
+        for run in runs:
+            run.released = True
+            run.waiting = False
+            self.waiting.remove(run)
+            if self.active.get(run.occ.id) is run:
+                del self.active[run.occ.id]
         try:
             released = await asyncio.wait_for(
                 self.store.lease_release(self.instance_id, [r.claim for r in runs]),
@@ -279,31 +333,26 @@ class Executor(Service):
             )
         except Exception as exc:
             self.logger.warning(
-                "could not hand back %d occurrence(s) claimed ahead (%s); they start here "
-                "when a slot frees",
+                "could not hand back %d occurrence(s) claimed ahead (%s); they run again "
+                "once their leases expire",
                 len(runs),
                 exc,
                 extra={"action": "hand_back_failed", "instance_id": self.instance_id},
             )
             return
-        for run in runs:
-            # Fenced: a run not released was reaped meanwhile (its lease is gone either way).
-            if self.active.get(run.occ.id) is run and run.waiting:
-                del self.active[run.occ.id]
-                self.waiting.remove(run)
-                run.released = True
-                self.handed_back += 1
+        self.handed_back += len(released)
         self.logger.info(
-            "handed back %d of %d occurrence(s) claimed ahead: every slot is busy with "
-            "longer handlers; any instance may claim them now",
+            "handed back %d occurrence(s) claimed ahead (%s); any instance may claim them",
             len(released),
-            len(runs),
+            why,
             extra={"action": "handed_back", "instance_id": self.instance_id},
         )
 
     def _claimed(self, occ: Occurrence, sent: float) -> None:
         """Take a claimed occurrence in: a run whose lease runs from ``sent``, waiting for
-        a slot (:meth:`_launch_waiting` starts it)."""
+        a slot (:meth:`_launch_waiting` starts it). A run of an overlap group (``skip`` or
+        ``queue``) goes to the front of the line: while it waits the store shows it
+        running, which holds its group back."""
         loop = asyncio.get_running_loop()
 
         async def renew() -> bool:
@@ -316,7 +365,8 @@ class Executor(Service):
                 return not ctx.lease_lost
 
         ctx = JobContext.for_occurrence(occ, self.instance_id, self.logger, renew, loop)
-        run = Run(occ, ctx, sent + self._ttl - self.lease_margin, started=sent, waiting=True)
+        deadline = sent + self._ttl - self.lease_margin
+        run = Run(occ, ctx, deadline, started=sent, waiting=True, claimed_at=sent)
         stale = self.active.get(occ.id)
         if stale is not None:
             # Reaped and claimed again by this instance while the lost run's (sync) handler
@@ -328,19 +378,6 @@ class Executor(Service):
             if stale.waiting:
                 self.waiting.remove(stale)
         self.active[occ.id] = run
-        self.waiting.append(run)
-        if len(self.waiting) > self.free_slots():
-            self.claimed_ahead += 1
-        left = run.lease_deadline - self.clock.monotonic()
-        if left <= 0:
-            # The claim's answer came after the lease could be trusted: the handler is not
-            # started (the store may reap it any moment); it runs again once reaped.
-            ctx.lease_lost = True
-        elif left < self.call_timeout:
-            self.on_short_lease()  # the heartbeater must not sleep past this deadline
-        if occ.attempt == 1 and occ.started_at is not None:
-            lateness = (occ.started_at - occ.plan_time).total_seconds()
-            self.metrics.run_started(occ.job, lateness if lateness > 0 else 0.0)
         if self.logger.isEnabledFor(INFO):
             fields = ctx._fields()
             ctx._event(
@@ -349,12 +386,37 @@ class Executor(Service):
                 (occ.job, fields["plan_time"], occ.attempt, occ.fencing_token),
                 _CLAIMED,
             )
+        left = deadline - self.clock.monotonic()
+        if left <= 0:
+            # The claim's answer came after the lease could be trusted: the handler is not
+            # run (the store may reap it any moment; it runs again once reaped), and its
+            # run says so at once.
+            ctx.lease_lost = True
+            run.waiting = False
+            self._launch(run)
+            return
+        if left < self.call_timeout:
+            self.on_short_lease()  # the heartbeater must not sleep past this deadline
+        if occ.overlap is Overlap.ALLOW:
+            self.waiting.append(run)
+        else:  # after the runs of overlap groups already at the front
+            front = 0
+            while front < len(self.waiting) and self.waiting[front].occ.overlap is not ALLOW:
+                front += 1
+            self.waiting.insert(front, run)
+        if len(self.waiting) > self.free_slots():
+            self.claimed_ahead += 1
 
     def _launch(self, run: Run) -> None:
         """Start the handler of ``run`` now."""
-        run.started = self.clock.monotonic()
+        now = run.started = self.clock.monotonic()
+        occ = run.occ
+        if occ.attempt == 1 and occ.started_at is not None:
+            # From the plan time to now: the claim's time in the store, plus the wait here.
+            lateness = (occ.started_at - occ.plan_time).total_seconds() + now - run.claimed_at
+            self.metrics.run_started(occ.job, lateness if lateness > 0 else 0.0)
         task = run.task = asyncio.get_running_loop().create_task(
-            self._run(run), name=f"soloist-run-{run.occ.id}"
+            self._run(run), name=f"soloist-run-{occ.id}"
         )
         task.add_done_callback(functools.partial(self._finished, run))
 
@@ -362,12 +424,14 @@ class Executor(Service):
         """How many more handlers may start now.
 
         A slot is freed when its handler finishes, not when its outcome has been written,
-        so that the next claim overlaps the write of the previous batch's outcomes; at most
-        ``AHEAD_MAX * concurrency`` more occurrences are held while their outcomes are
-        written (runs waiting for a slot aside)."""
+        so that the next claim overlaps the write of the previous batch's outcomes. At most
+        ``AHEAD_MAX * concurrency`` finished runs wait for their write (so that one write
+        carries every outcome of the runs that finished during the one before), only
+        ``concurrency`` while the store refuses writes (runs waiting for a slot aside)."""
         started = len(self.active) - len(self.waiting)
         running = started - self.recording
-        return min(self.concurrency - running, (1 + AHEAD_MAX) * self.concurrency - started)
+        backlog = self.concurrency if self.completer.stalled() else AHEAD_MAX * self.concurrency
+        return min(self.concurrency - running, self.concurrency + backlog - started)
 
     def _finished(self, run: Run, _task: object = None) -> None:
         if self.active.get(run.occ.id) is run:
@@ -436,15 +500,15 @@ class Executor(Service):
         result: Any,
     ) -> None:
         occ, ctx = run.occ, run.ctx
-        elapsed = self.clock.monotonic() - run.started
-        duration = elapsed
-        average = self.duration
-        self.duration = (
-            elapsed if average is None else average + DURATION_WEIGHT * (elapsed - average)
-        )
+        now = self.clock.monotonic()
+        duration = now - run.started
         if code is ErrorCode.LEASE_LOST:
             self._lease_lost(run, message)
             return
+        average = self.duration  # of handlers that ran (claiming ahead is sized by it)
+        self.duration = (
+            duration if average is None else average + DURATION_WEIGHT * (duration - average)
+        )
         if code is None:
             outcome = Outcome(
                 occ.id, occ.fencing_token, State.SUCCEEDED, result=summarise_result(result)
@@ -452,7 +516,7 @@ class Executor(Service):
         elif occ.attempt < occ.max_attempts:
             # The store's time now, without asking it: its time at the claim plus the time
             # elapsed since on this instance's monotonic clock (no local wall clock).
-            store_now = (occ.started_at or occ.due_at) + timedelta(seconds=elapsed)
+            store_now = (occ.started_at or occ.due_at) + timedelta(seconds=now - run.claimed_at)
             retry_at = store_now + task.retry.delay(occ.attempt)
             outcome = Outcome(
                 occ.id, occ.fencing_token, State.FAILED, code.value, message, retry_at=retry_at
@@ -585,10 +649,25 @@ class Executor(Service):
 
     def lose(self, run: Run) -> None:
         """The lease of ``run`` is gone: tell the handler, cancel it if it is async. (Not
-        once its outcome is being written: that write, fenced, says whether it applied.)"""
+        once its outcome is being written: that write, fenced, says whether it applied.)
+        A run still waiting for a slot is dropped: it never started here."""
         if run.ctx.lease_lost or run.recorded or run.released:
             return
         run.ctx.lease_lost = True
+        if run.task is None:  # claimed ahead, not started
+            if run.waiting:
+                run.waiting = False
+                self.waiting.remove(run)
+            if self.active.get(run.occ.id) is run:
+                del self.active[run.occ.id]
+            run.ctx.logger.warning(
+                "lost the lease of %s (plan %s) before its handler started; it runs again "
+                "once its lease expires",
+                run.occ.job,
+                run.occ.plan_time.isoformat(),
+                extra={"action": "lease_lost"},
+            )
+            return
         run.ctx.logger.warning(
             "lost the lease of %s (plan %s)%s",
             run.occ.job,
@@ -598,7 +677,7 @@ class Executor(Service):
             else "; a sync handler cannot be stopped: its result will be written fenced",
             extra={"action": "lease_lost"},
         )
-        if run.task is not None and self.registry.task(run.occ.task).is_async:
+        if self.registry.task(run.occ.task).is_async:
             run.cancelled_for_lease = True
             run.task.cancel()
 
@@ -607,8 +686,9 @@ class Executor(Service):
         seconds, then hand the leases of the rest back so another instance runs them."""
         self.claiming = False
         await self.stop()
-        # Runs claimed ahead never started: they are handed back with the leftovers below.
-        self.waiting.clear()
+        # Runs claimed ahead never started: another instance may run them at once.
+        if self.waiting:
+            await self.hand_back(list(self.waiting), "stopping")
         pending = [r.task for r in self.active.values() if r.task is not None]
         if pending:
             sleeper = asyncio.ensure_future(self.clock.sleep(grace))
@@ -625,7 +705,6 @@ class Executor(Service):
         cancelled = []
         for run in leftovers:
             run.released = True
-            run.waiting = False
             if run.task is not None and self.registry.task(run.occ.task).is_async:
                 run.task.cancel()
                 cancelled.append(run.task)
@@ -664,6 +743,11 @@ def _describe(exc: BaseException) -> str:
     # NUL is the one character no store keeps in text (PostgreSQL refuses it outright).
     text = text.replace("\x00", "\\x00")
     return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+def _hand_back_after(run: Run) -> float:
+    """How long ``run`` may wait for a slot before it is handed back."""
+    return AHEAD_HANDBACK if run.occ.overlap is ALLOW else AHEAD_HANDBACK_GROUPED
 
 
 def idle_delay(until_due: float, poll_interval: float) -> float:
