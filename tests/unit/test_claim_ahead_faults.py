@@ -307,7 +307,7 @@ async def test_finished_but_unrecorded_runs_stay_bounded_while_writes_stall() ->
     for a write; once the write in flight is unanswered for STALLED, no handler starts
     until writes go through again, and nothing is claimed ahead."""
     clock = FakeClock(T0)
-    app, _store = make(clock, concurrency=10)
+    app, store = make(clock, concurrency=10)
     finished: list[str] = []
 
     @app.task
@@ -348,6 +348,9 @@ async def test_finished_but_unrecorded_runs_stay_bounded_while_writes_stall() ->
         await ex.tick()
         await settle(runtime)
     assert len(set(finished)) == 300
+    await runtime.stop()
+    rows = await store.occurrence_list(job="quick", limit=1000)
+    assert len(rows) == 301 and all(o.state is State.SUCCEEDED for o in rows)
 
 
 async def test_no_claim_is_sent_after_a_graceful_stop_began() -> None:
