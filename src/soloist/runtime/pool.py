@@ -84,7 +84,9 @@ class DaemonThreadPool(Executor):
         self._started = 0
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._idle = threading.Semaphore(0)
+        #: Threads waiting for a call that no queued call has been promised to yet (with
+        #: ``_lock``; a plain count: a Python Semaphore cost more than a short handler).
+        self._idle = 0
         self._lock = threading.Lock()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -131,9 +133,11 @@ class DaemonThreadPool(Executor):
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("a DaemonThreadPool serves one event loop")
-        future: asyncio.Future[T] = loop.create_future()
+        future: _PoolFuture[T] = _PoolFuture(loop=loop)
         item = _Call(call, future, name or _describe(call))
-        future.add_done_callback(functools.partial(self._on_cancel, item))
+        # Told of a cancel by the future itself: a done-callback would cost a loop callback
+        # for every call, and only a cancelled one needs it.
+        future.on_cancel = functools.partial(self._on_cancel, item, future)
         self._put(item)
         return future
 
@@ -142,7 +146,9 @@ class DaemonThreadPool(Executor):
             if self._closed:
                 raise RuntimeError("cannot run a handler: the worker pool is shut down")
             self._queue.put(item)
-            if not self._idle.acquire(blocking=False) and len(self._threads) < self._capacity():
+            if self._idle > 0:
+                self._idle -= 1  # a waiting thread takes it
+            elif len(self._threads) < self._capacity():
                 self._start_thread()
 
     def _start_thread(self) -> None:
@@ -175,7 +181,8 @@ class DaemonThreadPool(Executor):
                 self._hand_back(done)
                 if not stays:
                     return  # a leaked thread the pool no longer needs
-            self._idle.release()
+            with self._lock:
+                self._idle += 1
 
     def _begin(self, item: _Call) -> bool:
         """Mark ``item`` running, unless its future was cancelled while it was queued."""
@@ -210,8 +217,8 @@ class DaemonThreadPool(Executor):
         return stays
 
     def _on_cancel(self, item: _Call, future: asyncio.Future[Any]) -> None:
-        """On the loop, when ``item``'s future is done: if it was cancelled while its call
-        runs, the thread is leaked; replace it while under the bound."""
+        """On the loop, when ``item``'s future is cancelled: if its call runs, the thread is
+        leaked; replace it while under the bound."""
         if not future.cancelled():
             return
         with self._lock:
@@ -279,6 +286,18 @@ class DaemonThreadPool(Executor):
         if wait:
             for thread in threads:
                 thread.join()
+
+
+class _PoolFuture(asyncio.Future[T]):
+    """The future of a call run by the pool: calls ``on_cancel`` when it is cancelled."""
+
+    on_cancel: Callable[[], None] | None = None
+
+    def cancel(self, msg: Any = None) -> bool:
+        cancelled = super().cancel(msg)
+        if cancelled and self.on_cancel is not None:
+            self.on_cancel()
+        return cancelled
 
 
 def _describe(call: Callable[..., Any]) -> str:
