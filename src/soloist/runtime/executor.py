@@ -168,6 +168,7 @@ class Executor(Service):
         #: Runs claimed ahead and runs handed back from the waiting line, ever (counters).
         self.claimed_ahead = 0
         self.handed_back = 0
+        self._next_hand_back_look = 0.0
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker", clock=self.clock)
         self.completer = Completer(bundle, store, call_timeout=self.call_timeout)
@@ -299,6 +300,7 @@ class Executor(Service):
             return self.poll_interval
         now = self.clock.monotonic()
         due = min(run.claimed_at + _hand_back_after(run) for run in self.waiting)
+        due = max(due, self._next_hand_back_look)
         return max(0.0, min(self.poll_interval, due - now))
 
     async def _hand_back_waiting(self, claimable: Sequence[str]) -> None:
@@ -306,6 +308,9 @@ class Executor(Service):
         overlap group sooner) or whose task this instance no longer claims (a leader that
         stepped down)."""
         now = self.clock.monotonic()
+        if now < self._next_hand_back_look:
+            return  # looked a moment ago (a tick comes with every finished run)
+        self._next_hand_back_look = now + AHEAD_HANDBACK_GROUPED / 4
         tasks = set(claimable)
         stale = [
             run
