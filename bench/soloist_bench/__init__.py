@@ -41,7 +41,9 @@ the method and the results; bench/README.md says how to rerun.
 The modules, by concern: :mod:`~soloist_bench.config` (options and constants),
 :mod:`~soloist_bench.targets` (fresh storage per measurement, from
 :class:`soloist.testing.isolated.IsolatedStores`, and raw connections for the baselines),
-:mod:`~soloist_bench.processes` (the instances under measurement),
+:mod:`~soloist_bench.processes` and :mod:`~soloist_bench.worker` (the instances under
+measurement), :mod:`~soloist_bench.compare` (``--compare-src``: the drain of another
+soloist checkout's code beside this one's),
 :mod:`~soloist_bench.workloads` and :mod:`~soloist_bench.failover` (the measurements),
 :mod:`~soloist_bench.baselines`, :mod:`~soloist_bench.report` (medians, ratios, the table)
 and :mod:`~soloist_bench.run` (the whole run).
@@ -49,7 +51,25 @@ and :mod:`~soloist_bench.run` (the whole run).
 
 from __future__ import annotations
 
-from soloist_bench.config import BenchConfig
-from soloist_bench.run import bench_main, default_store_url, run_bench
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from soloist_bench.config import BenchConfig
+    from soloist_bench.run import bench_main, default_store_url, run_bench
 
 __all__ = ["BenchConfig", "bench_main", "default_store_url", "run_bench"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported when first asked for, not with the package: ``python -m soloist_bench
+    # worker`` imports this package too, and its worker may run another checkout's
+    # soloist (--compare-src), which need not have what the rest of the bench imports.
+    if name == "BenchConfig":
+        from soloist_bench.config import BenchConfig
+
+        return BenchConfig
+    if name in __all__:
+        from soloist_bench import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from soloist.context import JobContext
+if TYPE_CHECKING:  # the drain worker imports this module, on any soloist (--compare-src)
+    from soloist.context import JobContext
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -64,6 +66,11 @@ class BenchConfig:
     processes: tuple[int, ...] = (1, 2)
     #: How the drain and lateness workers log (one of WORKER_LOGGING).
     worker_logging: str = "default"
+    #: ``--compare-src``: the ``src`` folder of another soloist checkout whose code drain
+    #: worker processes also run, each run in turn with one of this code's
+    #: (:mod:`soloist_bench.compare`; checked by ``check_compare_src``), and its commit.
+    compare_src: str | None = None
+    compare_commit: str | None = None
     samples: int = 50
     spacing: float = 0.1
     enqueue_calls: int = 2_000

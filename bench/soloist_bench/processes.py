@@ -1,6 +1,6 @@
-"""The instances under measurement: worker processes (``python -m soloist_bench worker``)
-or in-process instances for ``memory://``, and the failover instances (``python -m
-soloist_bench leader``)."""
+"""The instances under measurement: worker processes (``python -m soloist_bench worker``,
+:mod:`soloist_bench.worker`) or in-process instances for ``memory://``, and the failover
+instances (``python -m soloist_bench leader``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,44 +22,22 @@ from soloist.context import JobContext
 from soloist.scheduler import Scheduler
 from soloist.schedules import every
 from soloist.stores.base import Store
+from soloist_bench.compare import worker_env
 from soloist_bench.config import FAILOVER_JOB, NOOP, PLANNED, READY_TIMEOUT
+from soloist_bench.worker import RunCounter, scheduler_options, serve, worker_main
 
 __all__ = ["RunCounter", "Workers", "leader_main", "scheduled_main", "worker_main"]
-
-
-class RunCounter:
-    """Runs of the benchmark task by handler kind, counted by the handler itself: the
-    drain reports them, so that a run that did not use the asked kind shows."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self._lock = threading.Lock()  # ``def`` handlers run in the instance's threads
-
-    def handler(self, kind: str) -> Callable[[JobContext], Any]:
-        """The no-op task of ``kind`` (``def`` or ``async``), counting its runs here."""
-        counts, lock = self.counts, self._lock
-        if kind == "async":
-
-            async def noop(ctx: JobContext) -> None:
-                counts["async"] = counts.get("async", 0) + 1  # on the event loop only
-
-            return noop
-        if kind == "def":
-
-            def noop_def(ctx: JobContext) -> None:
-                with lock:
-                    counts["def"] = counts.get("def", 0) + 1
-
-            return noop_def
-        raise ValueError(f"invalid handler kind {kind!r}: expected 'def' or 'async'")
 
 
 class Workers:
     """``count`` soloist instances serving the benchmark task on ``url``, its handler a
     plain ``def`` or an ``async def`` (``handler``), logging as ``app.run()`` sets up by
-    default (``log_mode="default"``) or WARNING only (``"quiet"``). After the block,
-    :attr:`runs` holds the runs of the task by handler kind (as the handlers counted
-    them) and :attr:`log_lines` the lines the instances logged."""
+    default (``log_mode="default"``) or WARNING only (``"quiet"``). Worker processes run
+    this process's soloist, or with ``src`` (``--compare-src``) the one in that folder
+    (``src`` first on their ``PYTHONPATH``). After the block, :attr:`runs` holds the runs
+    of the task by handler kind (as the handlers counted them), :attr:`log_lines` the
+    lines the instances logged and :attr:`soloist_dirs` the folders of the soloist
+    packages the worker processes said they ran."""
 
     def __init__(
         self,
@@ -70,13 +47,17 @@ class Workers:
         memory: Store | None,
         handler: str = "async",
         log_mode: str = "quiet",
+        src: str | None = None,
     ):
+        if src is not None and memory is not None:
+            raise ValueError(f"in-process instances cannot run the soloist of {src}")
         self.url, self.count, self.concurrency, self.memory = url, count, concurrency, memory
-        self.handler, self.log_mode = handler, log_mode
+        self.handler, self.log_mode, self.src = handler, log_mode, src
         self.procs: list[asyncio.subprocess.Process] = []
         self.apps: list[Scheduler] = []
         self.runs: dict[str, int] = {}
         self.log_lines = 0
+        self.soloist_dirs: set[str] = set()
         self._counter = RunCounter()  # in-process instances
         # The workers' stderr (their logs), shown if one fails to start; open as long as
         # they run, closed by __aexit__.
@@ -88,7 +69,7 @@ class Workers:
             if self.log_mode == "default":
                 self._restore_logging = _log_to(self._logs)
             for _ in range(self.count):
-                app = Scheduler(self.memory, **_options(self.concurrency))
+                app = Scheduler(self.memory, **scheduler_options(self.concurrency))
                 app.task(name=NOOP)(self._counter.handler(self.handler))
                 await app.start()
                 self.apps.append(app)
@@ -99,7 +80,11 @@ class Workers:
             argv += ["--handler", self.handler, "--logging", self.log_mode]
             for _ in range(self.count):
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, *argv, stdout=subprocess.PIPE, stderr=self._logs
+                    sys.executable,
+                    *argv,
+                    stdout=subprocess.PIPE,
+                    stderr=self._logs,
+                    env=worker_env(self.src),
                 )
                 self.procs.append(proc)
             for proc in self.procs:
@@ -150,8 +135,11 @@ class Workers:
         await proc.wait()
         for line in out.decode().splitlines():
             if line.startswith("{"):
-                for kind, count in json.loads(line)["runs"].items():
+                reported = json.loads(line)
+                for kind, count in reported["runs"].items():
                     self.runs[kind] = self.runs.get(kind, 0) + int(count)
+                if reported.get("soloist"):
+                    self.soloist_dirs.add(reported["soloist"])
 
 
 def _log_to(stream: Any) -> Callable[[], None]:
@@ -172,31 +160,6 @@ def _log_to(stream: Any) -> Callable[[], None]:
     return restore
 
 
-def _options(concurrency: int | None) -> dict[str, Any]:
-    options: dict[str, Any] = {"grace_period": "5s"}
-    if concurrency is not None:
-        options["concurrency"] = concurrency
-    return options
-
-
-def worker_main(
-    url: str, concurrency: int | None, handler: str = "def", log_mode: str = "default"
-) -> None:
-    """One benchmark worker process: serve the no-op task (a plain ``def`` or an ``async
-    def``, per ``handler``) until SIGTERM. Prints ``ready`` once started and, once stopped,
-    one JSON line ``{"runs": {kind: count}}`` (the runs its handler counted). With
-    ``log_mode="default"`` logging is set up as ``app.run()`` does where the program has
-    not (INFO lines as text to stderr); ``quiet`` leaves it unconfigured (WARNING and
-    above reach stderr)."""
-    if log_mode == "default" and not logging.getLogger().handlers:
-        logs.configure("INFO", "text")
-    app = Scheduler(url, **_options(concurrency))
-    counter = RunCounter()
-    app.task(name=NOOP)(counter.handler(handler))
-    asyncio.run(_serve(app))
-    print(json.dumps({"runs": counter.counts}), flush=True)
-
-
 def leader_main(url: str, instance_id: str) -> None:
     """One failover-measurement instance: leader mode, default lease TTL, a job every
     second; prints ``ready`` once started, serves until a signal."""
@@ -206,7 +169,7 @@ def leader_main(url: str, instance_id: str) -> None:
     async def failover_tick(ctx: JobContext) -> None:
         return None
 
-    asyncio.run(_serve(app))
+    asyncio.run(serve(app))
 
 
 def scheduled_main(url: str, instance_id: str, logdir: str) -> None:
@@ -239,22 +202,4 @@ def scheduled_main(url: str, instance_id: str, logdir: str) -> None:
             json.dump(data, out)
         os.replace(report_path + ".tmp", report_path)
 
-    asyncio.run(_serve(app, every_second=write_report))
-
-
-async def _serve(app: Scheduler, every_second: Callable[[], None] | None = None) -> None:
-    """Start ``app``, print ``ready``, serve until SIGTERM (calling ``every_second``, if
-    given, once at the start and then every second), then stop."""
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await app.start()
-    if every_second is not None:
-        every_second()
-    print("ready", flush=True)
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), 1.0 if every_second is not None else None)
-        except asyncio.TimeoutError:
-            assert every_second is not None
-            every_second()
-    await app.stop()
+    asyncio.run(serve(app, every_second=write_report))

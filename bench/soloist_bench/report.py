@@ -82,7 +82,8 @@ def ratios(report: dict[str, Any]) -> dict[str, float]:
 
 def _ratio_items(report: dict[str, Any]) -> Iterator[tuple[str, str, str, float]]:
     """Every ratio as ``(name, section, label, value)``: ``section`` is where the table
-    shows it (``drain``, ``enqueue``, ``planning``; ``json``: in the JSON only)."""
+    shows it (``drain``, ``enqueue``, ``planning``; ``compare``: beside each drain
+    setting's row; ``json``: in the JSON only)."""
     base = report["baseline"]
     drain = {k: v for k, v in report.get("drain", {}).items() if "per_s" in v}
     for key, figures in drain.items():
@@ -102,6 +103,15 @@ def _ratio_items(report: dict[str, Any]) -> Iterator[tuple[str, str, str, float]
                     f"drain / {shown}, {label}",
                     per_s / base[name],
                 )
+    for key, figures in drain.items():
+        compared = figures.get("baseline", {})
+        if "per_s" in compared:  # --compare-src: this code / the other checkout's
+            yield (
+                f"drain_{key}_over_baseline",
+                "compare",
+                f"drain this code / baseline soloist, {_setting(figures).label}",
+                figures["per_s"] / compared["per_s"],
+            )
     for figures in drain.values():
         setting = _setting(figures)
         if setting.handler != "def":
@@ -162,6 +172,14 @@ def table(result: dict[str, Any]) -> Iterator[str]:
         f"{result['settings']['tasks']} tasks, median of {result['settings']['runs']} runs, "
         f"worker logging {result['settings'].get('worker_logging', 'quiet')}"
     )
+    src = result["settings"].get("compare_src")
+    if src:
+        commit = result["settings"].get("compare_commit")
+        at = f" (commit {commit[:12]})" if commit else ""
+        yield (
+            f"baseline soloist: {src}{at}, run by the drain's workers, each run right after "
+            "one of this code"
+        )
     for store in result["stores"]:
         server = {"postgresql": "PostgreSQL", "etcd": "etcd"}.get(store["kind"], store["kind"])
         version = f" ({server} {store['server_version']})" if store["server_version"] else ""
@@ -178,10 +196,20 @@ def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
     items = list(_ratio_items(store))
     if "drain" in store:
         skipped: set[int] = set()  # process counts said to be skipped (once each)
-        for figures in store["drain"].values():
+        compared = {
+            name: (label, value) for name, section, label, value in items if section == "compare"
+        }
+        for key, figures in store["drain"].items():
             setting = _setting(figures)
             if "skipped" not in figures:
                 yield f"drain: executions/s, {setting.label}", f"{figures['per_s']:,.0f}"
+                if f"drain_{key}_over_baseline" in compared:
+                    label, value = compared[f"drain_{key}_over_baseline"]
+                    yield (
+                        f"drain, baseline soloist: executions/s, {setting.label}",
+                        f"{figures['baseline']['per_s']:,.0f}",
+                    )
+                    yield f"ratio: {label}", f"{value:.3g}"
             elif setting.processes not in skipped:
                 skipped.add(setting.processes)
                 yield f"drain, {setting.processes} worker processes", figures["skipped"]

@@ -89,13 +89,42 @@ async def _drain(target: Target, config: BenchConfig) -> dict[str, Any]:
                 "skipped": f"not meaningful: {target.url} is one process",
             }
             continue
-        figures = await _repeat(
-            config,
-            f"drain, {setting.label}",
-            functools.partial(measure_drain, target, config, setting),
-        )
+        name = f"drain, {setting.label}"
+        current = functools.partial(measure_drain, target, config, setting)
+        if config.compare_src is None:
+            figures = await _repeat(config, name, current)
+        else:
+            baseline = functools.partial(current, src=config.compare_src)
+            figures = await _interleaved(config, name, current, baseline)
         drain[setting.key] = {**named, **figures}
     return drain
+
+
+async def _interleaved(
+    config: BenchConfig,
+    name: str,
+    current: Callable[[], Awaitable[dict[str, Any]]],
+    baseline: Callable[[], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """``current`` and ``baseline`` (``--compare-src``) measured in turn, ``config.runs``
+    times each (current first), so that the machine's drift touches both alike: the
+    current code's median and runs, with ``baseline`` holding the baseline's, and
+    ``over_baseline_runs`` the ratio of each current run to the baseline run after it."""
+    runs: list[dict[str, Any]] = []
+    base_runs: list[dict[str, Any]] = []
+    for i in range(config.runs):
+        runs.append(await current())
+        config.echo(f"  {name} run {i + 1}/{config.runs}: {brief(runs[-1])}")
+        base_runs.append(await baseline())
+        config.echo(f"  {name}, baseline run {i + 1}/{config.runs}: {brief(base_runs[-1])}")
+    return {
+        **median_of(runs),
+        "runs": runs,
+        "over_baseline_runs": [
+            a["per_s"] / b["per_s"] for a, b in zip(runs, base_runs, strict=True)
+        ],
+        "baseline": {**median_of(base_runs), "runs": base_runs},
+    }
 
 
 async def measure_planning(target: Target, config: BenchConfig) -> dict[str, Any]:
@@ -153,6 +182,10 @@ async def run_bench(config: BenchConfig) -> dict[str, Any]:
             "handlers": list(config.handlers),
             "processes": list(config.processes),
             "drain_settings": [setting.key for setting in config.drain_settings()],
+            # --compare-src: the drain's workers also ran this soloist (each drain's
+            # "baseline"), its checkout at this commit (None: unknown or not compared).
+            "compare_src": config.compare_src,
+            "compare_commit": config.compare_commit,
             # The drain's and the lateness workers' logging; lateness runs an async def
             # handler at the library's default concurrency.
             "worker_logging": config.worker_logging,

@@ -15,6 +15,7 @@ from soloist.payload import validate_payload
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.base import Store
+from soloist_bench.compare import expected_soloist_dir
 from soloist_bench.config import DRAIN_TIMEOUT, NOOP, BenchConfig, DrainSetting, noop
 from soloist_bench.processes import Workers
 from soloist_bench.report import ms, percentiles
@@ -60,10 +61,12 @@ async def _finished(store: Store, count: int, timeout: float) -> list[Occurrence
 
 
 async def measure_drain(
-    target: Target, config: BenchConfig, setting: DrainSetting
+    target: Target, config: BenchConfig, setting: DrainSetting, src: str | None = None
 ) -> dict[str, Any]:
     """One drain of ``config.tasks`` no-op tasks by ``setting.processes`` workers of
-    ``setting.concurrency`` slots, the task's handler of kind ``setting.handler``."""
+    ``setting.concurrency`` slots, the task's handler of kind ``setting.handler``; the
+    worker processes run the soloist in ``src`` if given (``--compare-src``), else this
+    one (either checked against the folder each worker says it ran)."""
     url = target.fresh_url()
     store = open_store(url)
     try:
@@ -76,6 +79,7 @@ async def measure_drain(
             memory,
             handler=setting.handler,
             log_mode=config.worker_logging,
+            src=src,
         )
         async with workers:
             now = await store.now()
@@ -86,6 +90,10 @@ async def measure_drain(
             workers.wake()
             rows = await _finished(store, config.tasks, DRAIN_TIMEOUT)
             done = time.perf_counter()
+        expected = expected_soloist_dir(src)
+        if memory is None and workers.soloist_dirs - {expected}:
+            ran = ", ".join(sorted(workers.soloist_dirs))
+            raise RuntimeError(f"the drain's workers ran the soloist at {ran}, not {expected}")
         first = min(o.started_at for o in rows if o.started_at is not None)
         last = max(o.finished_at for o in rows if o.finished_at is not None)
         window = (last - first).total_seconds()

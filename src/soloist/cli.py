@@ -524,6 +524,14 @@ BENCH_WORKER_LOGGING = ("default", "quiet")
     "lines to stderr, kept in a temporary file) or quiet (WARNING and above).",
 )
 @click.option(
+    "--compare-src",
+    default=None,
+    metavar="DIR",
+    help="Also measure each drain setting with workers running the soloist in DIR (the src "
+    "folder of another checkout, e.g. of 'git worktree add /tmp/base COMMIT'), each run "
+    "right after one of this code; reports both and their ratio. Not with memory://.",
+)
+@click.option(
     "--samples", default=50, show_default=True, type=click.IntRange(1), help="Lateness samples."
 )
 @click.option(
@@ -610,6 +618,7 @@ def bench(
     concurrency: tuple[int, ...],
     handlers: tuple[str, ...],
     worker_logging: str,
+    compare_src: str | None,
     samples: int,
     only: tuple[str, ...],
     **planning: Any,
@@ -620,6 +629,7 @@ def bench(
     # soloist_bench of a clone, imported here only (tests/unit/test_boundaries.py).
     try:
         from soloist_bench import BenchConfig, bench_main, default_store_url
+        from soloist_bench.compare import CompareSrcError, check_compare_src
     except ModuleNotFoundError as exc:
         if exc.name != "soloist_bench":
             raise
@@ -655,4 +665,11 @@ def bench(
         config.concurrency = tuple(dict.fromkeys(concurrency))
     if handlers:
         config.handlers = tuple(dict.fromkeys(handlers))
+    if compare_src is not None:
+        try:
+            config.compare_src, config.compare_commit = check_compare_src(
+                compare_src, config.stores, worker_logging, config.figures()
+            )
+        except CompareSrcError as exc:
+            raise click.UsageError(str(exc)) from None
     _guard(lambda: bench_main(config))

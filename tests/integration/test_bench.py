@@ -135,6 +135,98 @@ def test_bench_on_redis_measures_with_processes_and_leaves_no_keys(
         client.close()
 
 
+def test_bench_compare_src_measures_each_drain_for_both_codes_in_turn(tmp_path: Path) -> None:
+    """``--compare-src`` (here this checkout's own src folder) measures every drain
+    setting for this code and for workers running the soloist of DIR, run by run in turn,
+    and reports both medians and their ratio, in the table and in the JSON, with DIR and
+    its commit in the settings."""
+    import soloist
+
+    src = Path(soloist.__file__).resolve().parents[1]
+    out = tmp_path / "bench.json"
+    args = ["--store", f"sqlite:///{tmp_path / 'bench.db'}", "--only", "drain"]
+    args += ["--tasks", "50", "--runs", "2", "--concurrency", "10", "--handler", "async"]
+    args += ["--compare-src", str(src), "--json", str(out)]
+    done = subprocess.run(
+        [str(SOLOIST), "bench", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["settings"]["compare_src"] == str(src)
+    head = subprocess.run(
+        ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    assert report["settings"]["compare_commit"] == (head or None)
+    (store,) = report["stores"]
+    assert list(store["drain"]) == ["c10_async_p2", "c10_async_p1"]
+    for key, figures in store["drain"].items():
+        baseline = figures["baseline"]
+        assert figures["per_s"] > 0 and baseline["per_s"] > 0
+        assert len(figures["runs"]) == len(baseline["runs"]) == 2
+        assert baseline["handler_runs"] == figures["handler_runs"] == {"async": 50}
+        ratio = store["ratios"][f"drain_{key}_over_baseline"]
+        assert ratio == figures["per_s"] / baseline["per_s"]
+        assert len(figures["over_baseline_runs"]) == 2
+    # In turn: this code, then the baseline, at each run of each setting.
+    progress = [line.strip() for line in done.stdout.splitlines() if " run " in line]
+    assert [line.split(":")[0] for line in progress if line.startswith("drain")] == [
+        f"drain, concurrency 10, async def, {p}{base} run {i}/2"
+        for p in ("2 worker processes", "1 worker process")
+        for i in (1, 2)
+        for base in ("", ", baseline")
+    ]
+    rows = [line.split("|")[1].strip() for line in done.stdout.splitlines() if "| drain" in line]
+    assert rows[:2] == [
+        "drain: executions/s, concurrency 10, async def, 2 worker processes",
+        "drain, baseline soloist: executions/s, concurrency 10, async def, 2 worker processes",
+    ]
+    assert "| ratio: drain this code / baseline soloist, concurrency 10, async def, 1 " in (
+        done.stdout
+    )
+    assert f"baseline soloist: {src}" in done.stdout
+
+
+def test_bench_compare_src_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
+    """``--compare-src`` is refused with a usage error (exit 2) naming the value, before
+    anything is measured: with memory:// (no worker processes), without the drain among
+    the figures, for a missing folder, a folder without soloist/__init__.py, and a soloist
+    that lacks what the drain worker uses (a worker is started on it to ask)."""
+    old = tmp_path / "old" / "soloist"
+    old.mkdir(parents=True)
+    (old / "__init__.py").write_text("")
+    (old / "scheduler.py").write_text(
+        "class Scheduler:\n    def __init__(self, url, concurrency=10):\n        pass\n"
+    )
+    sqlite = f"sqlite:///{tmp_path / 'bench.db'}"
+    old_src, missing, no_soloist = str(old.parent), str(tmp_path / "none"), str(tmp_path)
+    # (options, what the error says: the value and the reason)
+    cases = [
+        (["--store", "memory://", "--only", "drain"], old_src, ["'memory://'"]),
+        (["--store", sqlite, "--only", "enqueue"], old_src, ["drain only"]),
+        (["--store", sqlite, "--only", "drain"], missing, [missing, "no such directory"]),
+        (["--store", sqlite], no_soloist, [no_soloist, "no soloist/__init__.py"]),
+        (
+            ["--store", sqlite],
+            old_src,
+            [old_src, f"{old} lacks", "Scheduler(grace_period=)", "soloist.logs"],
+        ),
+    ]
+    for args, src, said in cases:
+        done = subprocess.run(
+            [str(SOLOIST), "bench", *args, "--compare-src", src],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (args, done.stderr)
+        error = done.stderr.strip().splitlines()[-1]
+        assert error.startswith("Error: --compare-src"), error
+        for part in said:
+            assert part in error, (part, error)
+        assert done.stdout == ""  # nothing measured
+
+
 def test_bench_without_a_clone_says_how_to_install_it() -> None:
     """Where the benchmark package is not installed (soloist from PyPI), ``soloist bench``
     prints one error line saying how to run it from a clone and exits 2, no traceback."""
