@@ -57,7 +57,7 @@ def us_text(moment: datetime) -> str:
 
 
 def from_us(text: str | int) -> datetime:
-    return EPOCH + timedelta(microseconds=int(text))
+    return EPOCH + _US * int(text)
 
 
 def _opt_time(text: str | None) -> datetime | None:
@@ -97,6 +97,10 @@ def item_args(items: Sequence[NewOccurrence]) -> list[object]:
 #: made in the script to write its plan sort key (:data:`_PLAN_OFFSET` in seconds).
 PLAN_OFFSET_SECONDS = _PLAN_OFFSET // 1_000_000
 assert PLAN_OFFSET_SECONDS * 1_000_000 == _PLAN_OFFSET
+
+
+#: Where :func:`item_now_args` puts the new id and the payload text.
+_NOW_ID, _NOW_PAYLOAD = 2, 13
 
 
 def item_now_args(item: NewOccurrence, delay: timedelta) -> list[object]:
@@ -148,37 +152,80 @@ def occurrences(text: str) -> list[Occurrence]:
 
 def occurrence(row: Row) -> Occurrence:
     """An occurrence from a row in :data:`FIELDS` order. A row written before crash counts
-    existed has neither: 0 crashes and the default budget."""
+    existed has neither: 0 crashes and the default budget. Every claimed row passes here:
+    positional arguments and dict lookups of the enums keep it about twice as fast as
+    keywords and enum calls."""
     (
         occ_id, key, job, task, scope, plan, due, kind, state, att, max_att, overlap,
         payload, instance, lease, token, created, started, finished, code, message, result,
         crashes, max_crashes,
     ) = row  # fmt: skip
     return Occurrence(
-        id=occ_id,
-        dedupe_key=key,
-        job=job,
-        task=task,
-        scope=scope,
-        plan_time=from_us(plan),
-        due_at=from_us(due),
-        kind=Kind(kind),
-        state=State(state),
-        attempt=int(att),
-        max_attempts=int(max_att),
-        overlap=Overlap(overlap),
-        payload=json.loads(payload),
-        instance_id=instance,
-        lease_expires_at=_opt_time(lease),
-        fencing_token=int(token),
-        created_at=from_us(created),
-        started_at=_opt_time(started),
-        finished_at=_opt_time(finished),
-        error_code=code,
-        error_message=message,
-        result=json.loads(result) if result is not None else None,
-        crashes=int(crashes) if crashes is not None else 0,
-        max_crashes=int(max_crashes) if max_crashes is not None else DEFAULT_MAX_CRASHES,
+        occ_id,
+        key,
+        job,
+        task,
+        scope,
+        from_us(plan),
+        from_us(due),
+        _KIND[kind],
+        _STATE[state],
+        int(att),
+        int(max_att),
+        _OVERLAP[overlap],
+        {} if payload == "{}" else json.loads(payload),
+        instance,
+        _opt_time(lease),
+        int(token),
+        from_us(created),
+        _opt_time(started),
+        _opt_time(finished),
+        code,
+        message,
+        json.loads(result) if result is not None else None,
+        int(crashes) if crashes is not None else 0,
+        int(max_crashes) if max_crashes is not None else DEFAULT_MAX_CRASHES,
+    )
+
+
+_KIND = {kind.value: kind for kind in Kind}
+_STATE = {state.value: state for state in State}
+_OVERLAP = {overlap.value: overlap for overlap in Overlap}
+
+
+def inserted(item: NewOccurrence, args: Sequence[object], created: str, due: str) -> Occurrence:
+    """The occurrence insert.lua's 'now' just wrote for ``item`` with ``args``
+    (:func:`item_now_args`: its id and payload text), from what the script answered: its
+    now (created_at) and the due time, which is also the plan time. Every other field is
+    the item's or a new row's default, so nothing is read back; the payload is decoded from
+    the text sent, as a read of the row would give it."""
+    due_at = from_us(due)
+    payload = str(args[_NOW_PAYLOAD])
+    return Occurrence(
+        str(args[_NOW_ID]),
+        item.dedupe_key,
+        item.job,
+        item.task,
+        item.scope,
+        due_at,
+        due_at,
+        Kind(item.kind),
+        State.SCHEDULED,
+        0,
+        int(item.max_attempts),
+        Overlap(item.overlap),
+        {} if payload == "{}" else json.loads(payload),
+        None,
+        None,
+        0,
+        from_us(created),
+        None,
+        None,
+        None,
+        None,
+        None,
+        0,
+        int(item.max_crashes),
     )
 
 

@@ -251,8 +251,10 @@ class RedisStore:
         ignored, in one script call: ``enqueue`` needs no separate round trip to read the
         clock (the capability ``inserts_at_now``)."""
         args = codec.item_now_args(item, delay)
-        created, rows = await self._run("insert", self._at(None), ["now", *args])
-        return codec.occurrences(rows)[0], bool(created)
+        reply = await self._run("insert", self._at(None), ["now", *args])
+        if reply[0]:
+            return codec.inserted(item, args, reply[1], reply[2]), True
+        return codec.occurrences(reply[1])[0], False
 
     async def occurrence_insert_many(self, items: Sequence[NewOccurrence]) -> int:
         args = codec.item_args(items)

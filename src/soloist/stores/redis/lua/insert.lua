@@ -3,9 +3,10 @@
 -- 'now' (enqueue in one call): ARGV[6] the delay in microseconds, ARGV[7] the seconds from
 -- 0001-01-01 to the epoch (codec's plan sort key offset), then one item from ARGV[8] whose
 -- plan time, sort key and due time are left empty: they become this script's NOW plus the
--- delay. Returns 'one' and 'now': {created 0/1, the row as JSON (rows_json of one row: one
--- reply to parse instead of 24)}; 'many': the number created.
--- (Plans insert through plan.lua.)
+-- delay. Returns 'one': {created 0/1, the row as JSON (rows_json of one row: one reply to
+-- parse instead of 24)}; 'now': {1, created_at, due_at} for a new row (the rest of it is
+-- what the caller sent), {0, the existing row as JSON} for a known key; 'many': the number
+-- created. (Plans insert through plan.lua.)
 local mode = ARGV[5]
 local first = 6
 if mode == 'now' then
@@ -26,5 +27,6 @@ for i = first, #ARGV, 13 do
   if old then existing = old else created = created + 1 end
 end
 if mode == 'many' then return created end
-if created == 1 then return {1, rows_json({row(ARGV[first])})} end
-return {0, rows_json({row(existing)})}
+if created == 0 then return {0, rows_json({row(existing)})} end
+if mode == 'now' then return {1, NOW_US, ARGV[first + 7]} end
+return {1, rows_json({row(ARGV[first])})}
