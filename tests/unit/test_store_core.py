@@ -11,6 +11,7 @@ from soloist import Scheduler
 from soloist.errors import ConfigError
 from soloist.models import Kind, NewOccurrence
 from soloist.stores.core import PLAIN, Capabilities, CheckedStore, capabilities_of, checked
+from soloist.stores.core.checked import MAX_DELAY
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
 
@@ -72,6 +73,19 @@ async def test_a_negative_delay_is_refused_before_the_store() -> None:
     with pytest.raises(ConfigError, match="delay"):
         await checked(driver).occurrence_insert_now(_item("a"), timedelta(seconds=-1))
     assert driver.calls == 0
+
+
+async def test_a_delay_over_1000_years_is_refused_before_the_store() -> None:
+    """The store adds the delay to its own clock: past year 9999 it would write a row no
+    reader decodes, so the core refuses it, naming the delay, on every store."""
+    fast = FastInserts(FakeClock(T0))
+    for store in (checked(fast), checked(PlainStore(clock=FakeClock(T0)))):
+        with pytest.raises(ConfigError, match=r"delay .*days=3650000.*1000 years"):
+            await store.occurrence_insert_now(_item("a"), timedelta(days=3_650_000))
+        assert await store.occurrence_list() == []
+    assert fast.calls == 0
+    occ, _ = await checked(fast).occurrence_insert_now(_item("a"), MAX_DELAY)
+    assert fast.calls == 1 and occ.due_at == T0 + MAX_DELAY
 
 
 async def test_extras_a_store_lacks_do_nothing() -> None:

@@ -70,7 +70,10 @@ from soloist.stores.core.checks import (
     positive_ttl,
 )
 
-__all__ = ["CheckedStore", "checked"]
+__all__ = ["MAX_DELAY", "CheckedStore", "checked"]
+
+#: The longest delay of :meth:`CheckedStore.occurrence_insert_now`: 1000 years.
+MAX_DELAY = timedelta(days=365_250)
 
 
 def checked(store: Store) -> CheckedStore:
@@ -133,6 +136,10 @@ class CheckedStore:
         due_at are ignored): in one round trip where the store inserts at its own now,
         else after reading the store's clock."""
         delay = check_delay(delay)
+        if delay > MAX_DELAY:
+            # The store adds it to its own clock: past year 9999 it would write a row that
+            # no reader can decode (the fallback below cannot even compute it).
+            raise ConfigError(f"invalid delay {delay!r}: expected at most 1000 years")
         if self.capabilities.inserts_at_now:
             return await cast(InsertsAtNow, self.driver).occurrence_insert_now(item, delay)
         due = await self.now() + delay

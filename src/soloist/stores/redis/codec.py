@@ -100,16 +100,19 @@ assert PLAN_OFFSET_SECONDS * 1_000_000 == _PLAN_OFFSET
 
 
 #: Where :func:`item_now_args` puts the new id and the payload text.
-_NOW_ID, _NOW_PAYLOAD = 2, 13
+_NOW_ID, _NOW_PAYLOAD = 3, 14
 
 
 def item_now_args(item: NewOccurrence, delay: timedelta) -> list[object]:
-    """The script arguments of insert.lua's 'now': the delay in microseconds, the sort key
-    offset, then the 13 values of ``item`` (:func:`item_args`) with its plan time, sort
-    key and due time left empty (the script sets them to its now plus the delay)."""
+    """The script arguments of insert.lua's 'now': the delay's whole seconds and the
+    microseconds left, the sort key offset, then the 13 values of ``item``
+    (:func:`item_args`) with its plan time, sort key and due time left empty (the script
+    sets them to its now plus the delay)."""
     (occ_id,) = new_ids(1)
+    seconds, micros = divmod(delay // _US, 1_000_000)
     return [
-        delay // _US,
+        seconds,
+        micros,
         PLAN_OFFSET_SECONDS,
         occ_id,
         item.dedupe_key,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from soloist.errors import PayloadError
+from soloist.errors import ConfigError, PayloadError
 from soloist.models import (
     DEFAULT_MAX_CRASHES,
     Kind,
@@ -21,6 +21,7 @@ from soloist.models import (
 )
 from soloist.stores.base import Store
 from soloist.stores.core import checked
+from soloist.stores.core.checked import MAX_DELAY
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance.base import T0, at, claim, insert, new_occurrence
 
@@ -202,6 +203,20 @@ class OccurrenceConformance:
         third, created = await checked(store).occurrence_insert_now(new_occurrence("planned"))
         assert not created and third == planned
         assert len(await store.occurrence_list()) == 2
+
+    async def test_insert_now_is_exact_to_the_microsecond_far_ahead(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """A delay of centuries (the due time past 2^53 microseconds since the epoch) still
+        lands on the exact microsecond; over 1000 years is refused, nothing stored."""
+        now = clock.advance(timedelta(microseconds=999_999))
+        delay = timedelta(days=365 * 300, microseconds=8)  # due: an odd count, not a double
+        occ, _ = await checked(store).occurrence_insert_now(new_occurrence("far"), delay)
+        assert occ.plan_time == occ.due_at == now + delay
+        assert await store.occurrence_get(occ.id) == occ
+        with pytest.raises(ConfigError, match="delay"):
+            await checked(store).occurrence_insert_now(new_occurrence("x"), MAX_DELAY + delay)
+        assert [o.dedupe_key for o in await store.occurrence_list()] == ["far"]
 
     async def test_insert_now_takes_its_place_in_the_claim_order(
         self, store: Store, clock: FakeClock
