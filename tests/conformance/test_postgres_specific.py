@@ -334,13 +334,46 @@ async def test_claims_walk_the_claim_index_without_sorting_the_due_rows(
     items = [new_occurrence(f"k{n:04}", due_at=LONG_AGO) for n in range(3000)]
     assert await store.occurrence_insert_many(items) == 3000
     sql_ = Queries(store.schema)
-    params = {"now": None, "tasks": ["task"], "limit": 100, "instance": "i1", "ttl": TTL}
+    params = {
+        "now": None,
+        "tasks": ["task"],
+        "limit": 100,
+        "instance": "i1",
+        "ttl": TTL,
+        "allow_only": False,
+    }
     claim_plan = await asyncio.to_thread(_plan, postgres_dsn, sql_.claim, params)
     assert "Index Scan using occurrences_claim" in claim_plan, claim_plan
     assert "Bitmap" not in claim_plan and "Sort Key: o.due_at" not in claim_plan, claim_plan
     next_plan = await asyncio.to_thread(_plan, postgres_dsn, sql_.next_due, {"tasks": ["task"]})
     (scan,) = [line for line in next_plan.splitlines() if "using occurrences_claim" in line]
     assert "Index Scan" in scan and "rows=1 loops=1" in scan, next_plan  # stopped at once
+
+
+async def test_an_allow_only_claim_walks_the_claim_index_too(
+    postgres_dsn: str, store: PostgresStore
+) -> None:
+    """With 3,000 due rows, two of every three skip or queue rows, and no statistics, an
+    allow_only claim reads the claim index in order and stops after its limit of allow rows
+    (about three index rows per claim), with no overlap probes and nothing to skip."""
+    overlaps = (Overlap.ALLOW, Overlap.SKIP, Overlap.QUEUE)
+    items = [
+        new_occurrence(f"k{n:04}", job=f"j{n:04}", due_at=LONG_AGO, overlap=overlaps[n % 3])
+        for n in range(3000)
+    ]
+    assert await store.occurrence_insert_many(items) == 3000
+    params = {"now": None, "tasks": ["task"], "limit": 100, "instance": "i1", "ttl": TTL}
+    query = Queries(store.schema).claim
+    plan = await asyncio.to_thread(_plan, postgres_dsn, query, {**params, "allow_only": True})
+    (scan,) = [line for line in plan.splitlines() if "using occurrences_claim" in line]
+    assert "Index Scan" in scan and "rows=100 loops=1" in scan, plan
+    assert "Rows Removed by Filter: 198" in plan, plan  # stopped at the 100th allow row
+    assert "Bitmap" not in plan and "Sort Key: o.due_at" not in plan, plan
+    probes = ("occurrences_running", "occurrences_group_siblings", "occurrences_exclusive")
+    lines = [line for line in plan.splitlines() if any(name in line for name in probes)]
+    assert all("never executed" in line for line in lines), plan  # or planned away
+    claimed = await claim(store, limit=100, allow_only=True)
+    assert [o.dedupe_key for o in claimed] == [f"k{n:04}" for n in range(0, 300, 3)]
 
 
 async def test_a_claim_skips_from_the_running_rows_not_the_whole_backlog(
@@ -369,7 +402,14 @@ async def test_a_claim_skips_from_the_running_rows_not_the_whole_backlog(
     ]
     assert await store.occurrence_insert_many(later) == 2
     sql_ = Queries(store.schema)
-    params = {"now": None, "tasks": ["task"], "limit": 10, "instance": "i1", "ttl": TTL}
+    params = {
+        "now": None,
+        "tasks": ["task"],
+        "limit": 10,
+        "instance": "i1",
+        "ttl": TTL,
+        "allow_only": False,
+    }
     plan = await asyncio.to_thread(_plan, postgres_dsn, sql_.claim, params)
     # No node of the plan runs once per overdue row: the lookups run once per running row
     # (and per candidate the claim examines, up to its limit).
@@ -402,7 +442,14 @@ async def test_the_overlap_probe_goes_straight_to_its_group(
     )
     assert await store.occurrence_insert_many([*items, live]) == 1001
     sql_ = Queries(store.schema)
-    params = {"now": None, "tasks": ["tick@live"], "limit": 10, "instance": "i1", "ttl": TTL}
+    params = {
+        "now": None,
+        "tasks": ["tick@live"],
+        "limit": 10,
+        "instance": "i1",
+        "ttl": TTL,
+        "allow_only": False,
+    }
     plan = await asyncio.to_thread(_plan, postgres_dsn, sql_.claim, params)
     (probe,) = [line for line in plan.splitlines() if "using occurrences_group_siblings" in line]
     assert "Index Only Scan" in probe, plan

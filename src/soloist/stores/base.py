@@ -167,6 +167,8 @@ class Store(Protocol):
         limit: int,
         lease_ttl: timedelta,
         now: datetime | None = None,
+        *,
+        allow_only: bool = False,
     ) -> list[Occurrence]:
         """Atomically claim up to ``limit`` occurrences for ``instance_id``.
 
@@ -195,7 +197,15 @@ class Store(Protocol):
         due_at``: the handler is slower than the schedule); if every one started at or
         after its due time (both were late: claims fell behind), it stays as it is and
         waits like ``queue``, so late instants run one after the other, in order, instead
-        of being lost."""
+        of being lost.
+
+        ``allow_only``: only occurrences whose overlap is ``allow`` are candidates (the
+        executor claiming ahead of its free slots: a run of an overlap group that waits
+        locally would show in the store as running and hold back or skip its group's
+        next instants on every instance). Rows with overlap ``skip`` or ``queue`` are then
+        left exactly as they are: neither claimed nor skipped, and they hold nothing
+        back; ``limit`` counts the ``allow`` rows only. The rest of the claim is the
+        same."""
         ...
 
     async def lease_renew(

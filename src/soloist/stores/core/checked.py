@@ -195,11 +195,19 @@ class CheckedStore:
         limit: int,
         lease_ttl: timedelta,
         now: datetime | None = None,
+        *,
+        allow_only: bool = False,
     ) -> list[Occurrence]:
         names, ttl = check_tasks(tasks), positive_ttl(lease_ttl, "lease_ttl")
         if check_limit(limit) <= 0 or not names:
             return []
-        return await self.driver.occurrence_claim(instance_id, names, limit, ttl, self._at(now))
+        at = self._at(now)
+        if allow_only:
+            return await self.driver.occurrence_claim(
+                instance_id, names, limit, ttl, at, allow_only=True
+            )
+        # The default claim is the call a driver written before allow_only understands.
+        return await self.driver.occurrence_claim(instance_id, names, limit, ttl, at)
 
     async def lease_renew(
         self,

@@ -429,6 +429,8 @@ class EtcdStore:
         limit: int,
         lease_ttl: timedelta,
         now: datetime | None = None,
+        *,
+        allow_only: bool = False,
     ) -> list[Occurrence]:
         now = await self._now(now)
         claimed: list[Occurrence] = []
@@ -437,7 +439,7 @@ class EtcdStore:
         # refused change means another claim went through, so the rounds end.
         for _ in range(CLAIM_ROUNDS):
             taken, skipped, conflicts = await self._claim_round(
-                instance_id, tasks, limit - len(claimed), lease_ttl, now
+                instance_id, tasks, limit - len(claimed), lease_ttl, now, allow_only
             )
             claimed += taken
             finished = finished or skipped
@@ -454,12 +456,19 @@ class EtcdStore:
         limit: int,
         lease_ttl: timedelta,
         now: datetime,
+        allow_only: bool,
     ) -> tuple[list[Occurrence], bool, bool]:
         """One read and one write of a claim: the occurrences claimed, whether any was
         skipped, and whether any change was refused (another claimer came first).
         Candidates held back by a running sibling are passed over, a page at a time, up to
-        :data:`MAX_BLOCKED` of them, so that one busy group does not hide the rest."""
-        busy, revision = await self._running_groups(now)
+        :data:`MAX_BLOCKED` of them, so that one busy group does not hide the rest; with
+        ``allow_only``, so are the rows whose overlap is not ``allow`` (left as they are),
+        and the running groups, which only those rows ask about, are not read."""
+        if allow_only:
+            busy: dict[tuple[str, str, str], datetime] = {}
+            revision = 0
+        else:
+            busy, revision = await self._running_groups(now)
         due_end = codec.sort_key(now) + b"\x01"
         # The next key to read of each task's due range; None: read to its end.
         starts: dict[str, bytes | None] = {task: self._prefix("q", task)[0] for task in tasks}
@@ -483,6 +492,9 @@ class EtcdStore:
                 if claims >= limit:
                     break
                 occ = codec.occurrence(kv.value)
+                if allow_only and occ.overlap != Overlap.ALLOW:
+                    passed += 1  # not a candidate of this claim
+                    continue
                 group = self._group(occ)
                 unit = Unit(compare=[mod_is(bytes(kv.key), kv.mod_revision)])
                 if occ.overlap != Overlap.ALLOW and group in busy:

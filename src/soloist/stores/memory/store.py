@@ -228,6 +228,8 @@ class MemoryStore:
         limit: int,
         lease_ttl: timedelta,
         now: datetime | None = None,
+        *,
+        allow_only: bool = False,
     ) -> list[Occurrence]:
         now = self._now(now)
         task_set = set(tasks)
@@ -240,6 +242,7 @@ class MemoryStore:
                     if row.occ.state in CLAIMABLE_STATES
                     and row.occ.due_at <= now
                     and row.occ.task in task_set
+                    and (not allow_only or row.occ.overlap == Overlap.ALLOW)
                 ),
                 key=lambda row: (row.occ.due_at, row.occ.plan_time, row.seq),
             )

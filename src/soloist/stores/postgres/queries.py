@@ -86,6 +86,9 @@ _ATTEMPT_COLUMNS = ATTEMPT_COLUMNS
 # skipped in the same statement; the others wait like queue rows (a sibling claimed in
 # this batch starts now, never before a due row's due_at, so it never causes a skip). The
 # running probe reads occurrences_running and the group's few running rows.
+# %(allow_only)s (the executor claiming ahead): only 'allow' rows are candidates, and the
+# claim skips nothing. A filter on the walked rows like the others, so the plan is the
+# same index walk in claim order that stops after LIMIT rows.
 _CLAIM = f"""
 WITH {_NOW},
 candidates AS MATERIALIZED (
@@ -93,7 +96,8 @@ candidates AS MATERIALIZED (
     WHERE o.state IN ('scheduled', 'failed') AND o.due_at <= (SELECT now FROM clock)
       AND o.task = ANY(%(tasks)s::text[])
       AND (o.overlap = 'allow' OR (
-        NOT EXISTS (SELECT FROM {{schema}}.occurrences r
+        NOT %(allow_only)s::boolean
+        AND NOT EXISTS (SELECT FROM {{schema}}.occurrences r
                     WHERE r.job = o.job AND r.scope = o.scope AND r.task = o.task
                       AND r.state = 'running')
         AND NOT EXISTS (
@@ -127,6 +131,7 @@ to_skip AS MATERIALIZED (
         FOR UPDATE OF s SKIP LOCKED
     ) AS k
     WHERE r.state = 'running' AND r.task = ANY(%(tasks)s::text[])
+      AND NOT %(allow_only)s::boolean
 ),
 skipped AS (
     UPDATE {{schema}}.occurrences o SET

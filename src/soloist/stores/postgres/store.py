@@ -312,6 +312,8 @@ class PostgresStore:
         limit: int,
         lease_ttl: timedelta,
         now: datetime | None = None,
+        *,
+        allow_only: bool = False,
     ) -> list[Occurrence]:
         params = {
             "now": self._at(now),
@@ -319,6 +321,7 @@ class PostgresStore:
             "limit": limit,
             "instance": instance_id,
             "ttl": lease_ttl,
+            "allow_only": allow_only,
         }
         return [codec.occurrence(row) for row in await self._walk(self._sql.claim, params)]
 

@@ -306,8 +306,10 @@ class RedisStore:
         limit: int,
         lease_ttl: timedelta,
         now: datetime | None = None,
+        *,
+        allow_only: bool = False,
     ) -> list[Occurrence]:
-        args = [instance_id, limit, lease_ttl // _US, *tasks]
+        args = [instance_id, limit, lease_ttl // _US, "1" if allow_only else "0", *tasks]
         return codec.occurrences(await self._run("claim", self._at(now), args))
 
     async def _runner(

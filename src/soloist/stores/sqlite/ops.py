@@ -43,14 +43,18 @@ Now = Callable[[], int]
 # A fence is ``state = 'running' AND instance_id = ? AND fencing_token = ?``: the row is
 # still running under this runner and this token. Rows are read by column name, so
 # ``SELECT *`` / ``RETURNING *`` stay correct when a migration adds a column.
+# The last parameter is allow_only (0 or 1): with 1, only overlap 'allow' rows are
+# candidates (see Store.occurrence_claim).
 _CANDIDATES = """
 SELECT id, job, scope, task, overlap, due_at FROM occurrences
 WHERE state IN (?, ?) AND due_at <= ? AND task IN (SELECT value FROM json_each(?))
+  AND (? = 0 OR overlap = 'allow')
 ORDER BY due_at, plan_time, rowid
 """
 _ANY_CANDIDATE = """
 SELECT 1 FROM occurrences
 WHERE state IN (?, ?) AND due_at <= ? AND task IN (SELECT value FROM json_each(?))
+  AND (? = 0 OR overlap = 'allow')
 LIMIT 1
 """
 _SKIP = """
@@ -198,14 +202,15 @@ def occurrence_claim(
     limit: int,
     lease_ttl_us: int,
     now: Now,
+    allow_only: bool = False,
 ) -> list[Occurrence]:
-    names = json.dumps(tasks)
+    names, only = json.dumps(tasks), int(allow_only)
     # Cheap read first: idle pollers then never take the write lock.
-    if conn.execute(_ANY_CANDIDATE, (*_CLAIMABLE, now(), names)).fetchone() is None:
+    if conn.execute(_ANY_CANDIDATE, (*_CLAIMABLE, now(), names, only)).fetchone() is None:
         return []
     with transaction(conn):
         at = now()
-        claim_ids, skip_ids = _select_claims(conn, (*_CLAIMABLE, at, names), limit, at)
+        claim_ids, skip_ids = _select_claims(conn, (*_CLAIMABLE, at, names, only), limit, at)
         if skip_ids:
             reason = "skipped: a previous occurrence of this job and scope was running"
             conn.execute(_SKIP, (at, ErrorCode.OVERLAP.value, reason, json.dumps(skip_ids)))

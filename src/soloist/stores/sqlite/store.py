@@ -250,10 +250,12 @@ class SQLiteStore:
         limit: int,
         lease_ttl: timedelta,
         now: datetime | None = None,
+        *,
+        allow_only: bool = False,
     ) -> list[Occurrence]:
         at, ttl, names = self._at(now), _us(lease_ttl), list(tasks)
         return await self._run(
-            lambda c: ops.occurrence_claim(c, instance_id, names, limit, ttl, at)
+            lambda c: ops.occurrence_claim(c, instance_id, names, limit, ttl, at, allow_only)
         )
 
     async def lease_renew(

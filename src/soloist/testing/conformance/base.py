@@ -66,9 +66,10 @@ async def claim(
     limit: int = 100,
     ttl: timedelta = TTL,
     now: datetime | None = None,
+    allow_only: bool = False,
 ) -> list[Occurrence]:
     """``store.occurrence_claim`` with test defaults."""
-    return await store.occurrence_claim(instance, tasks, limit, ttl, now=now)
+    return await store.occurrence_claim(instance, tasks, limit, ttl, now=now, allow_only=allow_only)
 
 
 async def insert(store: Store, *items: NewOccurrence) -> list[Occurrence]:

@@ -303,6 +303,78 @@ class ClaimConformance:
         (free,) = await insert(store, new_occurrence("free", job="idle", due_at=at(-1)))
         assert [o.id for o in await claim(store, limit=1, now=at(1))] == [free.id]
 
+    # -- allow_only (claiming ahead) ----------------------------------------------------------
+    async def test_allow_only_claims_only_allow_rows_and_leaves_the_others(
+        self, store: Store
+    ) -> None:
+        """allow_only: of due allow, skip and queue rows only the allow ones are claimed, in
+        due order; the others stay scheduled, untouched, even a skip row that a plain claim
+        would skip (its sibling started before it was due)."""
+        await insert(store, new_occurrence("run", job="s", due_at=at(-10), overlap=Overlap.SKIP))
+        (running,) = await claim(store, now=at(-10))
+        a1, s1, q1, a2, s2, a3 = await insert(
+            store,
+            new_occurrence("a1", job="a", due_at=at(-6)),
+            new_occurrence("s1", job="s", due_at=at(-5), overlap=Overlap.SKIP),
+            new_occurrence("q1", job="q", due_at=at(-4), overlap=Overlap.QUEUE),
+            new_occurrence("a2", job="a", due_at=at(-3)),
+            new_occurrence("s2", job="t", due_at=at(-2), overlap=Overlap.SKIP),
+            new_occurrence("a3", job="b", due_at=at(-1)),
+        )
+        claimed = await claim(store, instance="ahead", allow_only=True, now=T0)
+        assert [o.id for o in claimed] == [a1.id, a2.id, a3.id]
+        for got in claimed:
+            assert (got.state, got.attempt, got.fencing_token) == (State.RUNNING, 1, 1)
+            assert (got.instance_id, got.started_at) == ("ahead", T0)
+            assert got.lease_expires_at == T0 + TTL
+            assert await store.occurrence_get(got.id) == got
+        for occ in (s1, q1, s2):
+            assert await store.occurrence_get(occ.id) == occ  # scheduled, attempt 0
+            assert (occ.state, occ.attempt) == (State.SCHEDULED, 0)
+        assert await store.occurrence_get(running.id) == running
+        assert await claim(store, allow_only=True, now=at(1)) == []
+
+    async def test_allow_only_limit_counts_allow_rows_only(self, store: Store) -> None:
+        """allow_only: skip rows due first neither use up the limit nor hold anything
+        back; the limit takes the earliest allow rows."""
+        skips = await insert(
+            store,
+            *(
+                new_occurrence(f"s{n}", job=f"s{n}", due_at=at(-20 + n), overlap=Overlap.SKIP)
+                for n in range(3)
+            ),
+        )
+        allows = await insert(
+            store, *(new_occurrence(f"a{n}", due_at=at(-10 + n)) for n in range(5))
+        )
+        first = await claim(store, limit=2, allow_only=True, now=T0)
+        assert [o.id for o in first] == [a.id for a in allows[:2]]
+        second = await claim(store, limit=2, allow_only=True, now=T0)
+        assert [o.id for o in second] == [a.id for a in allows[2:4]]
+        for occ in skips:
+            assert await store.occurrence_get(occ.id) == occ
+
+    async def test_a_plain_claim_after_an_allow_only_claim_is_unchanged(self, store: Store) -> None:
+        """After an allow_only claim, a plain claim applies the overlap rules as always:
+        a skip row whose sibling ran when it was due is skipped, the first queue row of
+        its group runs and the next waits, allow rows run."""
+        await insert(store, new_occurrence("run", job="s", due_at=at(-10), overlap=Overlap.SKIP))
+        await claim(store, now=at(-10))
+        a1, s1, q1, q2, a2 = await insert(
+            store,
+            new_occurrence("a1", job="a", due_at=at(-6)),
+            new_occurrence("s1", job="s", due_at=at(-5), overlap=Overlap.SKIP),
+            new_occurrence("q1", job="q", due_at=at(-4), overlap=Overlap.QUEUE),
+            new_occurrence("q2", job="q", due_at=at(-3), overlap=Overlap.QUEUE),
+            new_occurrence("a2", job="a", due_at=at(-2)),
+        )
+        assert [o.id for o in await claim(store, limit=1, allow_only=True, now=T0)] == [a1.id]
+        assert [o.id for o in await claim(store, now=at(1))] == [q1.id, a2.id]
+        skipped = await store.occurrence_get(s1.id)
+        assert skipped is not None and skipped.state == State.SKIPPED
+        assert (skipped.error_code, skipped.finished_at) == (ErrorCode.OVERLAP.value, at(1))
+        assert await store.occurrence_get(q2.id) == q2
+
     # -- waiting for work -------------------------------------------------------------------
     async def test_work_wait_returns_false_after_its_timeout(
         self, store: Store, clock: FakeClock

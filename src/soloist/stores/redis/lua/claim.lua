@@ -1,18 +1,21 @@
--- Claim up to ARGV[6] due occurrences of the tasks ARGV[8..] for instance ARGV[5], with a
+-- Claim up to ARGV[6] due occurrences of the tasks ARGV[9..] for instance ARGV[5], with a
 -- lease of ARGV[7] microseconds. The tasks' due sets (score: due time; member: plan sort
 -- key .. sequence .. id, so equal due times order by plan time, then insertion) are merged
 -- in order. Overlap: a skip/queue candidate whose (job, scope, task) runs (a claim of this
 -- batch included: it runs from now) is not claimed; a skip one becomes skipped only if a
--- running sibling started before it was due, else it waits like queue. Returns the
--- claimed rows.
+-- running sibling started before it was due, else it waits like queue. ARGV[8] '1'
+-- (allow_only): only overlap 'allow' rows are candidates; the others are passed over,
+-- left as they are. Returns the claimed rows.
 local instance, limit, ttl = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local allow_only = ARGV[8] == '1'
 local lease = NOW + ttl
 -- Blocked candidates (overlap queue) looked at beyond the batch, at most: bounds the work
--- of one call when many queued occurrences wait behind running ones.
+-- of one call when many queued occurrences wait behind running ones. Rows passed over by
+-- an allow_only claim count too.
 local MAX_BLOCKED = 1000
 local PAGE = math.max(2 * limit, 50)
 local sources = {}
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   sources[#sources + 1] = {task = ARGV[i], key = B .. ':due:' .. ARGV[i], items = {}, pos = 1,
     offset = 0, last = false}
 end
@@ -36,8 +39,8 @@ local function next_source()
   end
   return best
 end
-local claimed, blocked = {}, 0
-while #claimed < limit and blocked <= MAX_BLOCKED do
+local claimed, blocked, passed = {}, 0, 0
+while #claimed < limit and blocked + passed <= MAX_BLOCKED do
   local s = next_source()
   if s == nil then break end
   local ord = s.items[s.pos]
@@ -47,8 +50,10 @@ while #claimed < limit and blocked <= MAX_BLOCKED do
   local h = redis.call('HMGET', k, 'job', 'scope', 'ovl', 'state', 'att', 'tok', 'task', 'due')
   local group = busy_field(h[1], h[2], h[7])
   local since = nil
-  if h[3] ~= 'allow' then since = running_since(h[1], h[2], h[7]) end
-  if since ~= nil then
+  if h[3] ~= 'allow' and not allow_only then since = running_since(h[1], h[2], h[7]) end
+  if h[3] ~= 'allow' and allow_only then
+    passed = passed + 1  -- not a candidate of this claim: left as it is
+  elseif since ~= nil then
     blocked = blocked + 1
     if h[3] == 'skip' and since < tonumber(h[8]) then
       redis.call('ZREM', s.key, ord)
