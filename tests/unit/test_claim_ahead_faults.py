@@ -13,7 +13,7 @@ from ticks import started
 from soloist import Scheduler
 from soloist.models import State
 from soloist.runtime.completer import STALLED
-from soloist.runtime.executor import AHEAD_HANDBACK, AHEAD_HANDBACK_GROUPED, AHEAD_MAX
+from soloist.runtime.executor import AHEAD_HANDBACK, AHEAD_MAX
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
 
@@ -246,9 +246,9 @@ async def test_lost_waiting_runs_do_not_pull_the_duration_estimate_down() -> Non
 
 async def test_overlap_skip_does_not_skip_an_instant_for_a_run_that_never_started() -> None:
     """overlap=skip (the default) skips an instant only while the previous run *runs*.
-    A is claimed ahead on a (started_at = claim time) and waits behind slow handlers: it
-    is handed back after AHEAD_HANDBACK_GROUPED, so b's claim at B's due time finds A
-    claimable, not running, and does not skip B."""
+    With every slot busy, a claim ahead takes only occurrences with overlap "allow": A
+    stays claimable, so b's claim at B's due time takes A and does not skip B (a claimed
+    ahead A would show as running and make b skip B)."""
     from soloist import every
     from soloist.models import Kind, NewOccurrence, Overlap
 
@@ -284,16 +284,15 @@ async def test_overlap_skip_does_not_skip_an_instant_for_a_run_that_never_starte
 
     a_occ, _ = await store.occurrence_insert(occ(now))
     b_occ, _ = await store.occurrence_insert(occ(now + timedelta(seconds=1)))
+    await app.aenqueue(quick)
     await ex.tick()
-    assert [r.occ.id for r in ex.waiting] == [a_occ.id]  # A claimed ahead, not started
-    # The executor's next tick comes when A is due to be handed back: well before B.
-    wait = await ex.tick()
-    assert wait <= AHEAD_HANDBACK_GROUPED + 0.001
-    clock.advance(wait + 0.001)
-    await ex.tick()
-    assert not ex.waiting
+    # The slots are full: the claim ahead took the queued task, not A (overlap skip).
+    assert [r.occ.task for r in ex.waiting] == ["quick"]
+    a_now = await store.occurrence_get(a_occ.id)
+    assert a_now is not None and a_now.state is State.SCHEDULED
     clock.advance(1.0)  # B is due
-    await store.occurrence_claim("b", ["beat"], 10, timedelta(seconds=9))
+    claimed = await store.occurrence_claim("b", ["beat"], 10, timedelta(seconds=9))
+    assert [o.id for o in claimed] == [a_occ.id]  # A first; B waits behind it
     b_after = await store.occurrence_get(b_occ.id)
     assert b_after is not None
     assert b_after.state is not State.SKIPPED, (

@@ -20,23 +20,25 @@ their level is enabled, and async handlers run on the loop without a thread hop.
 
 **Claiming ahead.** With the default ``concurrency=10`` a claim per batch of free slots
 costs a store round trip per ten runs of a short task: the slots sit idle while the claim
-is answered. So while handlers are short, a claim also takes up to :data:`AHEAD_MAX`
-times ``concurrency`` more occurrences than there are free slots; they wait here
+is answered. So while handlers are short, the executor also claims up to
+:data:`AHEAD_MAX` times ``concurrency`` occurrences ahead of its free slots; they wait here
 (``waiting``, leases held and renewed like running ones) and start the moment a slot
 frees, with no round trip; the line is topped up, in one claim, once it is down to half.
 How many is bounded by the time they would wait: no more than the slots start within
 :data:`AHEAD_WAIT` at the recent duration of handlers (none while handlers take longer
 than that, while any running handler has run longer than that, or while outcome writes
-are being retried). What may go wrong, and what is done about it:
+are stalled or retried). A claim ahead takes only occurrences with overlap ``allow``
+(``allow_only``): a run of a ``skip`` or ``queue`` group is shown running by the store from
+its claim, which would hold its group's next instant back while it waited here. The free
+slots are claimed for any due work: at once when no run waits, and every
+:data:`FULL_CLAIM_EVERY` at most while runs wait, so that the line never holds back due
+work of other kinds. What may go wrong, and what is done about it:
 
-* slots stay busy after all (longer handlers came in the same claim): a run that has
-  waited :data:`AHEAD_HANDBACK` is handed back (:meth:`Store.lease_release`: claimable
-  at once by any instance, its attempt not spent; its audit log shows ``released``), as
-  are all waiting runs at a graceful stop, before the grace period, and the runs of a
-  task this instance no longer claims (a leader that stepped down);
-* a run of an overlap group (``skip``, ``queue``) is shown running by the store while it
-  waits, which holds its group's next instant back: it goes to the front of the line
-  and is handed back after :data:`AHEAD_HANDBACK_GROUPED`;
+* slots stay busy after all (longer handlers came in): a run that has waited
+  :data:`AHEAD_HANDBACK` is handed back (:meth:`Store.lease_release`: claimable at once by
+  any instance, its attempt not spent; its audit log shows ``released``), as are all
+  waiting runs at a graceful stop, before the grace period, and the runs of a task this
+  instance no longer claims (a leader that stepped down);
 * a hand-back whose answer is lost may have applied: its runs never start here (they
   expire and are reaped, a crash), so that none runs twice;
 * a waiting run whose lease this instance stops trusting (renewals failed, the process
@@ -63,7 +65,7 @@ from typing import Any
 from soloist.config import lease_margin
 from soloist.context import JobContext
 from soloist.errors import LeaseLostError, StoreError
-from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, Overlap, State
+from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
 from soloist.payload import summarise_result
 from soloist.registry import Registry, TaskDef
 from soloist.runtime.completer import MIN_CALL_TIMEOUT, Completer
@@ -85,17 +87,15 @@ RECORD_BUDGET = 2
 #: how many are claimed ahead); past AHEAD_HANDBACK of waiting it is handed back.
 AHEAD_WAIT = 0.02
 AHEAD_HANDBACK = 1.0
-#: A waiting run of an overlap group (skip, queue) is handed back sooner: while it waits,
-#: the store shows it running, which holds its group's next instants back.
-AHEAD_HANDBACK_GROUPED = 0.1
 #: At most this many times ``concurrency`` runs are held claimed ahead.
 AHEAD_MAX = 10
+#: While runs wait, the free slots are claimed for any due work this often at most.
+FULL_CLAIM_EVERY = 0.05
 #: Weight of the newest run in the running average of handler durations.
 DURATION_WEIGHT = 0.2
 
 
 INFO = logging.INFO
-ALLOW = Overlap.ALLOW
 _CLAIMED = {"action": "claimed"}
 
 
@@ -117,6 +117,8 @@ class Run:
     waiting: bool = False
     #: Monotonic time the claim was sent (the lease's start).
     claimed_at: float = 0.0
+    #: Claimed for a free slot: put at the front of the waiting line.
+    first: bool = False
 
     @property
     def claim(self) -> Claimed:
@@ -169,6 +171,7 @@ class Executor(Service):
         self.claimed_ahead = 0
         self.handed_back = 0
         self._next_hand_back_look = 0.0
+        self._next_full_claim = 0.0
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker", clock=self.clock)
         self.completer = Completer(bundle, store, call_timeout=self.call_timeout)
@@ -193,23 +196,49 @@ class Executor(Service):
             await self._hand_back_waiting(tasks)
             if not self.claiming:  # a stop began meanwhile
                 return self.poll_interval
-        self._launch_waiting()
+        if not tasks:
+            self._launch_waiting()
+            return self._until_hand_back()
+        # The free slots: due work of any task (overlap groups included), claimed at once
+        # while no run waits here, and while runs wait every FULL_CLAIM_EVERY at most, so
+        # that a long line of runs claimed ahead never holds back due work of other kinds
+        # (claims ahead take only occurrences with overlap "allow"). These start first.
         free = self.free_slots()
-        # After _launch_waiting, runs still wait only if no slot is free. The line is topped
-        # up once it has fallen to half its target, not a run at a time.
+        now = self.clock.monotonic()
+        full: int | None = None
+        if free > 0 and (not self.waiting or now >= self._next_full_claim):
+            claimed = await self.store.occurrence_claim(
+                self.instance_id, tasks, free, self.lease_ttl
+            )
+            self._next_full_claim = now + FULL_CLAIM_EVERY
+            for occ in claimed:
+                self._claimed(occ, now, first=True)
+            full = len(claimed)
+        self._launch_waiting()
+        # Then the line: topped up once it has fallen to half its target, not a run at a
+        # time, with occurrences that no overlap group holds.
         target = self.ahead_target()
         ahead = target - len(self.waiting) if len(self.waiting) <= target // 2 else 0
-        want = free + ahead
-        if want <= 0 or not tasks:
-            # A finishing run wakes us; a waiting run is handed back if it waits too long.
+        got: int | None = None
+        if ahead > 0 and self.claiming:
+            sent = self.clock.monotonic()
+            claimed = await self.store.occurrence_claim(
+                self.instance_id, tasks, ahead, self.lease_ttl, allow_only=True
+            )
+            for occ in claimed:
+                self._claimed(occ, sent)
+            got = len(claimed)
+            self._launch_waiting()
+        if (full is not None and full == free) or (got is not None and got == ahead):
+            return 0.0  # more may be due right now
+        if full is None and got is None:
+            # Nothing asked: slots are full (a finishing run wakes us) or the next full
+            # claim is not due yet.
+            if self.free_slots() > 0:
+                if not self.waiting:
+                    return 0.0  # the line ran dry: claim for the free slots now
+                return max(0.0, min(self._until_hand_back(), self._next_full_claim - now))
             return self._until_hand_back()
-        sent = self.clock.monotonic()  # the store's lease runs from no earlier than this
-        claimed = await self.store.occurrence_claim(self.instance_id, tasks, want, self.lease_ttl)
-        for occ in claimed:
-            self._claimed(occ, sent)
-        self._launch_waiting()
-        if len(claimed) == want:
-            return 0.0
         self._starved = True
         next_due = await self.store.occurrence_next_due(tasks)
         if next_due is None:
@@ -299,23 +328,22 @@ class Executor(Service):
         if not self.waiting:
             return self.poll_interval
         now = self.clock.monotonic()
-        due = min(run.claimed_at + _hand_back_after(run) for run in self.waiting)
+        due = min(run.claimed_at for run in self.waiting) + AHEAD_HANDBACK
         due = max(due, self._next_hand_back_look)
         return max(0.0, min(self.poll_interval, due - now))
 
     async def _hand_back_waiting(self, claimable: Sequence[str]) -> None:
-        """Hand back the waiting runs that waited too long (AHEAD_HANDBACK; a run of an
-        overlap group sooner) or whose task this instance no longer claims (a leader that
-        stepped down)."""
+        """Hand back the waiting runs that waited too long (AHEAD_HANDBACK) or whose task
+        this instance no longer claims (a leader that stepped down)."""
         now = self.clock.monotonic()
         if now < self._next_hand_back_look:
             return  # looked a moment ago (a tick comes with every finished run)
-        self._next_hand_back_look = now + AHEAD_HANDBACK_GROUPED / 4
+        self._next_hand_back_look = now + AHEAD_HANDBACK / 20
         tasks = set(claimable)
         stale = [
             run
             for run in self.waiting
-            if now - run.claimed_at >= _hand_back_after(run) or run.occ.task not in tasks
+            if now - run.claimed_at >= AHEAD_HANDBACK or run.occ.task not in tasks
         ]
         if stale:
             await self.hand_back(stale, "every slot is busy with longer handlers")
@@ -353,11 +381,11 @@ class Executor(Service):
             extra={"action": "handed_back", "instance_id": self.instance_id},
         )
 
-    def _claimed(self, occ: Occurrence, sent: float) -> None:
+    def _claimed(self, occ: Occurrence, sent: float, *, first: bool = False) -> None:
         """Take a claimed occurrence in: a run whose lease runs from ``sent``, waiting for
-        a slot (:meth:`_launch_waiting` starts it). A run of an overlap group (``skip`` or
-        ``queue``) goes to the front of the line: while it waits the store shows it
-        running, which holds its group back."""
+        a slot (:meth:`_launch_waiting` starts it). ``first``: claimed for a free slot, it
+        goes to the front of the line (a claim ahead takes no run of an overlap group, so
+        such a run is always claimed for a free slot and never waits)."""
         loop = asyncio.get_running_loop()
 
         async def renew() -> bool:
@@ -402,12 +430,13 @@ class Executor(Service):
             return
         if left < self.call_timeout:
             self.on_short_lease()  # the heartbeater must not sleep past this deadline
-        if occ.overlap is Overlap.ALLOW:
+        if not first:
             self.waiting.append(run)
-        else:  # after the runs of overlap groups already at the front
+        else:  # after the runs already put at the front (claims keep their order)
             front = 0
-            while front < len(self.waiting) and self.waiting[front].occ.overlap is not ALLOW:
+            while front < len(self.waiting) and self.waiting[front].first:
                 front += 1
+            run.first = True
             self.waiting.insert(front, run)
         if len(self.waiting) > self.free_slots():
             self.claimed_ahead += 1
@@ -748,11 +777,6 @@ def _describe(exc: BaseException) -> str:
     # NUL is the one character no store keeps in text (PostgreSQL refuses it outright).
     text = text.replace("\x00", "\\x00")
     return text if len(text) <= 2000 else text[:2000] + "..."
-
-
-def _hand_back_after(run: Run) -> float:
-    """How long ``run`` may wait for a slot before it is handed back."""
-    return AHEAD_HANDBACK if run.occ.overlap is ALLOW else AHEAD_HANDBACK_GROUPED
 
 
 def idle_delay(until_due: float, poll_interval: float) -> float:
