@@ -65,6 +65,21 @@ def setup_line(clock):
     return app, store, gate, ran, quick, slow
 
 
+async def fill_line(app, runtime, clock, quick, slow, ran=None) -> list[str]:  # type: ignore[no-untyped-def]
+    """Claiming ahead on (one short run, then ``ran`` cleared), then two slow runs take
+    both slots and three quick ones are claimed ahead: they wait. Their ids."""
+    await warm(app, runtime, quick)
+    if ran is not None:
+        ran.clear()
+    for _ in range(2):
+        await app.aenqueue(slow)
+    clock.advance(0.001)
+    quick_ids = [await app.aenqueue(quick) for _ in range(3)]
+    await runtime.executor.tick()
+    assert {r.occ.id for r in runtime.executor.waiting} == set(quick_ids)
+    return quick_ids
+
+
 async def test_a_hand_back_whose_answer_is_lost_must_not_start_the_runs_here() -> None:
     """lease_release applied but its answer was lost (timeout): the runs are claimable by
     any instance, so this one must not start them."""
@@ -72,13 +87,7 @@ async def test_a_hand_back_whose_answer_is_lost_must_not_start_the_runs_here() -
     app, store, gate, ran, quick, slow = setup_line(clock)
     runtime = await started(app)
     ex = runtime.executor
-    await warm(app, runtime, quick)
-    ran.clear()
-    for _ in range(2):
-        await app.aenqueue(slow)
-    clock.advance(0.001)
-    quick_ids = [await app.aenqueue(quick) for _ in range(3)]
-    await ex.tick()
+    quick_ids = await fill_line(app, runtime, clock, quick, slow, ran)
     assert {r.occ.id for r in ex.waiting} == set(quick_ids)
 
     real_release = ex.store.lease_release
@@ -110,13 +119,7 @@ async def test_a_waiting_run_whose_lease_expired_must_not_start() -> None:
     app, store, gate, ran, quick, slow = setup_line(clock)
     runtime = await started(app)
     ex = runtime.executor
-    await warm(app, runtime, quick)
-    ran.clear()
-    for _ in range(2):
-        await app.aenqueue(slow)
-    clock.advance(0.001)
-    quick_ids = [await app.aenqueue(quick) for _ in range(3)]
-    await ex.tick()
+    quick_ids = await fill_line(app, runtime, clock, quick, slow, ran)
     assert len(ex.waiting) == 3
     clock.advance(20)  # frozen for > lease TTL (9 s)
     reaped = await store.occurrence_reap()
@@ -151,12 +154,7 @@ async def test_a_graceful_stop_hands_the_waiting_runs_back_at_once() -> None:
 
     runtime = await started(app)
     ex = runtime.executor
-    await warm(app, runtime, quick)
-    for _ in range(2):
-        await app.aenqueue(slow)
-    clock.advance(0.001)
-    quick_ids = [await app.aenqueue(quick) for _ in range(3)]
-    await ex.tick()
+    quick_ids = await fill_line(app, runtime, clock, quick, slow)
     assert len(ex.waiting) == 3
     stopping = asyncio.ensure_future(runtime.stop())
     for _ in range(20):
@@ -178,13 +176,7 @@ async def test_lateness_is_observed_once_per_first_attempt_that_started() -> Non
     app, _store, gate, ran, quick, slow = setup_line(clock)
     runtime = await started(app)
     ex = runtime.executor
-    await warm(app, runtime, quick)
-    ran.clear()
-    for _ in range(2):
-        await app.aenqueue(slow)
-    clock.advance(0.001)
-    quick_ids = [await app.aenqueue(quick) for _ in range(3)]
-    await ex.tick()
+    quick_ids = await fill_line(app, runtime, clock, quick, slow, ran)
     clock.advance(AHEAD_HANDBACK + 0.01)
     await ex.tick()  # handed back
     assert ex.handed_back == 3
@@ -359,13 +351,7 @@ async def test_no_claim_is_sent_after_a_graceful_stop_began() -> None:
     app, _store, gate, _ran, quick, slow = setup_line(clock)
     runtime = await started(app)
     ex = runtime.executor
-    await warm(app, runtime, quick)
-    for _ in range(2):
-        await app.aenqueue(slow)
-    clock.advance(0.001)
-    for _ in range(3):
-        await app.aenqueue(quick)
-    await ex.tick()
+    await fill_line(app, runtime, clock, quick, slow)
     assert len(ex.waiting) == 3
     release_gate = asyncio.Event()
     real_release = ex.store.lease_release
