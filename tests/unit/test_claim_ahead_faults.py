@@ -384,3 +384,78 @@ async def test_no_claim_is_sent_after_a_graceful_stop_began() -> None:
     release_gate.set()
     await asyncio.wait_for(draining, 5)
     assert not claims_after_stop, f"claimed {claims_after_stop} after the stop began"
+
+
+async def test_a_free_slot_takes_a_due_skip_job_at_once_when_the_line_runs_dry() -> None:
+    """The claim for the free slots is throttled while runs wait; when the line runs dry
+    within a tick, the free slot is claimed for any due work at once (here a skip job,
+    which a claim ahead never takes), not after a recheck delay."""
+    from soloist import every
+    from soloist.models import Kind, NewOccurrence, Overlap
+
+    clock = FakeClock(T0)
+    app, store, gate, ran, quick, slow = setup_line(clock)
+    gate2 = asyncio.Event()
+
+    @app.task
+    async def longish(ctx) -> None:  # type: ignore[no-untyped-def]
+        await gate2.wait()
+
+    @app.job(every("1h"))
+    async def beat(ctx) -> None:  # type: ignore[no-untyped-def]
+        ran.append(("beat", ctx.occurrence_id))
+
+    runtime = await started(app)
+    ex = runtime.executor
+    await warm(app, runtime, quick)
+    clock.advance(1)
+    for _ in range(2):
+        await app.aenqueue(slow)
+    clock.advance(0.001)
+    at = await store.now()
+    await store.occurrence_insert(
+        NewOccurrence(f"beat|{at}", "beat", "beat", "", at, at, Kind.SCHEDULE, overlap=Overlap.SKIP)
+    )
+    clock.advance(0.001)
+    await app.aenqueue(longish)
+    clock.advance(0.1)
+    await ex.tick()  # the free slots: the two slow runs; ahead: longish, not beat
+    assert [r.occ.task for r in ex.waiting] == ["longish"]
+    gate.set()
+    await settle(runtime)  # two free slots
+    clock.advance(0.01)  # the claim for free slots is not due yet
+    await ex.tick()
+    assert not ex.waiting
+    assert sorted(r.occ.task for r in ex.active.values()) == ["beat", "longish"]
+    gate2.set()
+    await settle(runtime)
+    await runtime.stop()
+
+
+async def test_no_waiting_run_starts_once_a_stop_began() -> None:
+    """drain() stops claiming, then waits for the tick in progress: runs of the line are
+    not started by that tick; the stop hands them back."""
+    from soloist.runtime.executor import FULL_CLAIM_EVERY
+
+    clock = FakeClock(T0)
+    app, store, gate, ran, quick, slow = setup_line(clock)
+    runtime = await started(app)
+    ex = runtime.executor
+    quick_ids = await fill_line(app, runtime, clock, quick, slow, ran)
+    gate.set()
+    await settle(runtime)
+    clock.advance(FULL_CLAIM_EVERY + 0.01)
+    claim = store.occurrence_claim
+
+    async def claim_during_stop(*a: Any, **k: Any) -> Any:
+        ex.claiming = False  # what drain() does first, while this tick's claim is out
+        return await claim(*a, **k)
+
+    store.occurrence_claim = claim_during_stop  # type: ignore[method-assign]
+    await ex.tick()
+    started_ = [i for i in quick_ids if i in ex.active and ex.active[i].task is not None]
+    assert started_ == [] and len(ex.waiting) == 3
+    await ex.drain(1.0)
+    for occ_id in quick_ids:
+        occ = await store.occurrence_get(occ_id)
+        assert occ is not None and occ.state is State.SCHEDULED

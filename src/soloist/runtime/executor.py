@@ -172,6 +172,8 @@ class Executor(Service):
         self.handed_back = 0
         self._next_hand_back_look = 0.0
         self._next_full_claim = 0.0
+        #: A waiting run's task is no longer claimed here: hand it back at the next tick.
+        self._unclaimable = False
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker", clock=self.clock)
         self.completer = Completer(bundle, store, call_timeout=self.call_timeout)
@@ -197,30 +199,29 @@ class Executor(Service):
             if not self.claiming:  # a stop began meanwhile
                 return self.poll_interval
         if not tasks:
-            self._launch_waiting()
             return self._until_hand_back()
         # The free slots: due work of any task (overlap groups included), claimed at once
-        # while no run waits here, and while runs wait every FULL_CLAIM_EVERY at most, so
+        # when no run waits here, and while runs wait every FULL_CLAIM_EVERY at most, so
         # that a long line of runs claimed ahead never holds back due work of other kinds
         # (claims ahead take only occurrences with overlap "allow"). These start first.
-        free = self.free_slots()
-        now = self.clock.monotonic()
         full: int | None = None
-        if free > 0 and (not self.waiting or now >= self._next_full_claim):
-            claimed = await self.store.occurrence_claim(
-                self.instance_id, tasks, free, self.lease_ttl
-            )
-            self._next_full_claim = now + FULL_CLAIM_EVERY
-            for occ in claimed:
-                self._claimed(occ, now, first=True)
-            full = len(claimed)
-        self._launch_waiting()
+        free = self.free_slots()
+        if free > 0 and (not self.waiting or self.clock.monotonic() >= self._next_full_claim):
+            full = await self._claim_free(tasks, free)
+        self._launch_waiting(tasks)
+        if full is None and self.claiming and self.free_slots() > 0:  # the line ran dry
+            free = self.free_slots()
+            full = await self._claim_free(tasks, free)
+            self._launch_waiting(tasks)
+        if not self.claiming:
+            return self.poll_interval
         # Then the line: topped up once it has fallen to half its target, not a run at a
-        # time, with occurrences that no overlap group holds.
+        # time, with occurrences that no overlap group holds; not when the claim for the
+        # free slots just found less than it asked for (nothing more is due).
         target = self.ahead_target()
         ahead = target - len(self.waiting) if len(self.waiting) <= target // 2 else 0
         got: int | None = None
-        if ahead > 0 and self.claiming:
+        if ahead > 0 and (full is None or full == free):
             sent = self.clock.monotonic()
             claimed = await self.store.occurrence_claim(
                 self.instance_id, tasks, ahead, self.lease_ttl, allow_only=True
@@ -228,16 +229,11 @@ class Executor(Service):
             for occ in claimed:
                 self._claimed(occ, sent)
             got = len(claimed)
-            self._launch_waiting()
+            self._launch_waiting(tasks)
         if (full is not None and full == free) or (got is not None and got == ahead):
             return 0.0  # more may be due right now
-        if full is None and got is None:
-            # Nothing asked: slots are full (a finishing run wakes us) or the next full
-            # claim is not due yet.
-            if self.free_slots() > 0:
-                if not self.waiting:
-                    return 0.0  # the line ran dry: claim for the free slots now
-                return max(0.0, min(self._until_hand_back(), self._next_full_claim - now))
+        if self.free_slots() <= 0 or (full is None and got is None):
+            # Every slot is busy (a finishing run wakes us) or nothing was asked.
             return self._until_hand_back()
         self._starved = True
         next_due = await self.store.occurrence_next_due(tasks)
@@ -245,6 +241,16 @@ class Executor(Service):
             return self._until_hand_back()
         delay = idle_delay((next_due - await self.store.now()).total_seconds(), self.poll_interval)
         return min(delay, self._until_hand_back())
+
+    async def _claim_free(self, tasks: list[str], free: int) -> int:
+        """Claim up to ``free`` occurrences of any due work for the free slots (they go to
+        the front of the line); how many came."""
+        sent = self.clock.monotonic()
+        claimed = await self.store.occurrence_claim(self.instance_id, tasks, free, self.lease_ttl)
+        self._next_full_claim = sent + FULL_CLAIM_EVERY
+        for occ in claimed:
+            self._claimed(occ, sent, first=True)
+        return len(claimed)
 
     async def wait(self, seconds: float) -> None:
         """Wait as :meth:`Service.wait` does, and also for a wake-up from the store when the
@@ -309,24 +315,41 @@ class Executor(Service):
                 return 0  # a longer handler holds a slot: runs would wait behind it
         return target
 
-    def _launch_waiting(self) -> None:
-        """Start waiting runs in the free slots: those of an overlap group first (see
-        :meth:`_claimed`), then the oldest. A run whose lease this instance no longer
-        trusts is dropped instead (:meth:`lose`): it runs again once reaped."""
+    def _launch_waiting(self, tasks: list[str]) -> None:
+        """Start waiting runs in the free slots, those claimed for free slots first, then
+        the oldest; none once a stop began (:meth:`drain` hands them back). A run whose
+        lease this instance no longer trusts is dropped instead (:meth:`lose`): it runs
+        again once reaped. A run of a task no longer in ``tasks`` (a leader that stepped
+        down) is left for the hand-back."""
+        if not self.claiming:
+            return
         now = self.clock.monotonic()
+        skipped: list[Run] = []
+        claimable: set[str] | None = None
         while self.waiting and self.free_slots() > 0:
             run = self.waiting.popleft()
             if now >= run.lease_deadline or run.ctx.lease_lost:
                 self.lose(run)  # (off the line already: lose() drops it from active)
                 continue
+            if claimable is None:
+                claimable = set(tasks)
+            if run.occ.task not in claimable:
+                skipped.append(run)
+                continue
             run.waiting = False
             self._launch(run)
+        if skipped:
+            self.waiting.extendleft(reversed(skipped))
+            self._next_hand_back_look = 0.0  # hand them back at the next tick, at once
+            self._unclaimable = True
 
     def _until_hand_back(self) -> float:
         """Seconds until the next waiting run is due to be handed back (or the poll
         interval when none waits)."""
         if not self.waiting:
             return self.poll_interval
+        if self._unclaimable:
+            return 0.0
         now = self.clock.monotonic()
         due = min(run.claimed_at for run in self.waiting) + AHEAD_HANDBACK
         due = max(due, self._next_hand_back_look)
@@ -339,6 +362,7 @@ class Executor(Service):
         if now < self._next_hand_back_look:
             return  # looked a moment ago (a tick comes with every finished run)
         self._next_hand_back_look = now + AHEAD_HANDBACK / 20
+        self._unclaimable = False
         tasks = set(claimable)
         stale = [
             run
