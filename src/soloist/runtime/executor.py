@@ -117,8 +117,6 @@ class Run:
     waiting: bool = False
     #: Monotonic time the claim was sent (the lease's start).
     claimed_at: float = 0.0
-    #: Claimed for a free slot: put at the front of the waiting line.
-    first: bool = False
 
     @property
     def claim(self) -> Claimed:
@@ -226,8 +224,9 @@ class Executor(Service):
             claimed = await self.store.occurrence_claim(
                 self.instance_id, tasks, ahead, self.lease_ttl, allow_only=True
             )
-            for occ in claimed:
-                self._claimed(occ, sent)
+            runs = [run for occ in claimed if (run := self._claimed(occ, sent)) is not None]
+            self.waiting.extend(runs)
+            self.claimed_ahead += len(runs)
             got = len(claimed)
             self._launch_waiting(tasks)
         if (full is not None and full == free) or (got is not None and got == ahead):
@@ -248,8 +247,8 @@ class Executor(Service):
         sent = self.clock.monotonic()
         claimed = await self.store.occurrence_claim(self.instance_id, tasks, free, self.lease_ttl)
         self._next_full_claim = sent + FULL_CLAIM_EVERY
-        for occ in claimed:
-            self._claimed(occ, sent, first=True)
+        runs = [run for occ in claimed if (run := self._claimed(occ, sent)) is not None]
+        self.waiting.extendleft(reversed(runs))  # the front of the line, in claim order
         return len(claimed)
 
     async def wait(self, seconds: float) -> None:
@@ -316,11 +315,11 @@ class Executor(Service):
         return target
 
     def _launch_waiting(self, tasks: list[str]) -> None:
-        """Start waiting runs in the free slots, those claimed for free slots first, then
-        the oldest; none once a stop began (:meth:`drain` hands them back). A run whose
-        lease this instance no longer trusts is dropped instead (:meth:`lose`): it runs
-        again once reaped. A run of a task no longer in ``tasks`` (a leader that stepped
-        down) is left for the hand-back."""
+        """Start waiting runs in the free slots, from the front of the line (runs claimed
+        for free slots, then the oldest claimed ahead); none once a stop began
+        (:meth:`drain` hands them back). A run whose lease this instance no longer trusts
+        is dropped instead (:meth:`lose`): it runs again once reaped. A run of a task no
+        longer in ``tasks`` (a leader that stepped down) is left for the hand-back."""
         if not self.claiming:
             return
         now = self.clock.monotonic()
@@ -405,11 +404,11 @@ class Executor(Service):
             extra={"action": "handed_back", "instance_id": self.instance_id},
         )
 
-    def _claimed(self, occ: Occurrence, sent: float, *, first: bool = False) -> None:
-        """Take a claimed occurrence in: a run whose lease runs from ``sent``, waiting for
-        a slot (:meth:`_launch_waiting` starts it). ``first``: claimed for a free slot, it
-        goes to the front of the line (a claim ahead takes no run of an overlap group, so
-        such a run is always claimed for a free slot and never waits)."""
+    def _claimed(self, occ: Occurrence, sent: float) -> Run | None:
+        """Take a claimed occurrence in: a run whose lease runs from ``sent``, to be put in
+        the line by the caller (the front for a claim for free slots, the back for a claim
+        ahead); :meth:`_launch_waiting` starts it. None if it was started at once (its
+        claim was answered too late to trust the lease)."""
         loop = asyncio.get_running_loop()
 
         async def renew() -> bool:
@@ -451,19 +450,10 @@ class Executor(Service):
             ctx.lease_lost = True
             run.waiting = False
             self._launch(run)
-            return
+            return None
         if left < self.call_timeout:
             self.on_short_lease()  # the heartbeater must not sleep past this deadline
-        if not first:
-            self.waiting.append(run)
-        else:  # after the runs already put at the front (claims keep their order)
-            front = 0
-            while front < len(self.waiting) and self.waiting[front].first:
-                front += 1
-            run.first = True
-            self.waiting.insert(front, run)
-        if len(self.waiting) > self.free_slots():
-            self.claimed_ahead += 1
+        return run
 
     def _launch(self, run: Run) -> None:
         """Start the handler of ``run`` now."""
