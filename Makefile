@@ -10,10 +10,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The benchmark (bench/, the package soloist_bench behind `soloist bench`) is installed from
-# the clone beside the library; it is not part of soloist's wheel.
+# The library (editable), the development set (the PEP 735 group `dev` of pyproject.toml,
+# which is not a published extra; `pip install --group` needs pip 25.1) and the benchmark
+# (bench/, the package soloist_bench behind `soloist bench`), installed from the clone beside
+# the library; it is not part of soloist's wheel. pip picks the newest release each range allows.
 $(STAMP): $(BIN)/python pyproject.toml bench/pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./bench
+	$(BIN)/python -m pip install --quiet --upgrade 'pip>=25.1'
+	$(BIN)/python -m pip install --quiet --upgrade -e . --group dev -e ./bench
 	touch $(STAMP)
 
 install: $(STAMP)
