@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -71,6 +72,8 @@ class Config:
     #: How many partitions the streams to plan hash into (distributed mode): the same
     #: for every instance of an app (see soloist.runtime.partitions).
     partitions: int = 64
+    #: Create or upgrade the store's schema when it is first opened (False: never).
+    migrate: bool = True
 
     @classmethod
     def resolve(
@@ -81,72 +84,81 @@ class Config:
         mode: str | None = None,
         lease_ttl: object = None,
         heartbeat: object = None,
-        concurrency: int = 10,
-        poll_interval: object = "1s",
-        grace_period: object = "30s",
+        concurrency: object = None,
+        poll_interval: object = None,
+        grace_period: object = None,
         misfire_grace: object = None,
         lookahead: object = "1s",
         election: str = DEFAULT_ELECTION,
         http: object = None,
         token: str | None = None,
-        max_leaked_threads: int | None = None,
+        max_leaked_threads: object = None,
         partitions: object = None,
+        migrate: object = None,
     ) -> Config:
-        env = os.environ
-        url = store_url or env.get("SOLOIST_STORE_URL") or DEFAULT_STORE_URL
+        """Each setting from its argument; where that is None, from its ``SOLOIST_*``
+        variable (:data:`VARIABLES`; an empty one counts as unset); else the default. A bad
+        value raises ConfigError naming the argument, or the variable it came from."""
+        url, _ = setting("store", store_url)
+        url = str(url) if url is not None else DEFAULT_STORE_URL
         check_store_url(url)
-        mode = check_mode(mode or env.get("SOLOIST_MODE") or "distributed")
-        ttl = parse_duration(
-            lease_ttl or env.get("SOLOIST_LEASE_TTL") or DEFAULT_LEASE_TTL, what="lease_ttl"
-        )
-        beat = parse_duration(
-            heartbeat or env.get("SOLOIST_HEARTBEAT") or ttl / 3, what="heartbeat"
-        )
+        value, what = setting("mode", mode)
+        mode = check_mode(value if value is not None else "distributed", what=what)
+        value, what = setting("lease_ttl", lease_ttl)
+        ttl = duration(value if value is not None else DEFAULT_LEASE_TTL, what)
+        value, beat_what = setting("heartbeat", heartbeat)
+        beat = duration(value if value is not None else ttl / 3, beat_what)
         # A runner trusts its lease until ttl - margin after a renewal was sent: two
         # heartbeats must fit in that, so that one failed renewal does not lose it.
         trusted = ttl.total_seconds() - lease_margin(ttl.total_seconds())
         if beat.total_seconds() * 2 > trusted:
             raise ConfigError(
-                f"invalid heartbeat {beat.total_seconds()}s: must be at most half of the "
+                f"invalid {beat_what} {beat.total_seconds()}s: must be at most half of the "
                 f"lease TTL ({ttl.total_seconds()}s) less its safety margin, i.e. "
                 f"{trusted / 2:g}s; the default is a third of the TTL"
             )
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigError(f"invalid concurrency {concurrency!r}: expected an integer >= 1")
-        leaks = max_leaked_threads
-        if leaks is not None and (
-            isinstance(leaks, bool) or not isinstance(leaks, int) or leaks < 0
-        ):
-            raise ConfigError(
-                f"invalid max_leaked_threads {leaks!r}: expected an integer >= 0 (or None: "
-                "as many as concurrency)"
-            )
-        address = http if http is not None else env.get("SOLOIST_HTTP") or None
-        token = token if token is not None else env.get("SOLOIST_TOKEN") or None
-        if token is not None:
-            check_token(token)
+        value, what = setting("concurrency", concurrency)
+        slots = check_count(value if value is not None else DEFAULT_CONCURRENCY, what, minimum=1)
+        value, what = setting("max_leaked_threads", max_leaked_threads)
+        leaks = slots
+        if value is not None:
+            leaks = check_count(value, what, minimum=0, default="as many as concurrency")
+        value, what = setting("poll_interval", poll_interval)
+        poll = duration(value if value is not None else DEFAULT_POLL_INTERVAL, what)
+        value, what = setting("grace_period", grace_period)
+        grace = duration(
+            value if value is not None else DEFAULT_GRACE_PERIOD, what=what, allow_zero=True
+        )
+        value, what = setting("misfire_grace", misfire_grace)
+        misfire = default_misfire_grace(ttl)
+        if value is not None:
+            misfire = duration(value, what, allow_zero=True)
+        value, what = setting("http", http)
+        address = parse_http_address(value, what=what) if value is not None else None
+        value, what = setting("token", token)
+        secret = check_token(value, what=what) if value is not None else None
+        value, what = setting("instance_id", instance_id)
+        name = check_instance_id(value, what=what) if value is not None else None
+        value, what = setting("partitions", partitions)
+        count = check_partitions(value if value is not None else DEFAULT_PARTITIONS, what=what)
+        value, what = setting("migrate", migrate)
         return cls(
             store_url=url,
-            instance_id=instance_id or env.get("SOLOIST_INSTANCE_ID") or default_instance_id(),
+            instance_id=name or default_instance_id(),
             mode=mode,
             lease_ttl=ttl,
             heartbeat=beat,
-            concurrency=concurrency,
-            poll_interval=parse_duration(poll_interval, what="poll_interval"),
-            grace_period=parse_duration(grace_period, what="grace_period", allow_zero=True),
-            misfire_grace=(
-                parse_duration(misfire_grace, what="misfire_grace", allow_zero=True)
-                if misfire_grace is not None
-                else default_misfire_grace(ttl)
-            ),
+            concurrency=slots,
+            poll_interval=poll,
+            grace_period=grace,
+            misfire_grace=misfire,
             lookahead=parse_duration(lookahead, what="lookahead", allow_zero=True),
             election=election,
-            http=parse_http_address(address) if address is not None else None,
-            token=token,
-            max_leaked_threads=concurrency if leaks is None else leaks,
-            partitions=check_partitions(
-                partitions if partitions is not None else env.get("SOLOIST_PARTITIONS") or 64
-            ),
+            http=address,
+            token=secret,
+            max_leaked_threads=leaks,
+            partitions=count,
+            migrate=check_flag(value, what=what) if value is not None else True,
         )
 
     def override(
@@ -161,8 +173,8 @@ class Config:
         """This configuration with the settings given here replaced (None keeps one), each
         checked as :meth:`resolve` checks it: the one way to change a resolved configuration
         (:meth:`soloist.Scheduler.reconfigure`, which ``soloist run``'s options use)."""
-        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
-            raise ConfigError(f"invalid instance id {instance_id!r}: expected a non-empty string")
+        if instance_id is not None:
+            check_instance_id(instance_id)
         if mode is not None:
             check_mode(mode)
         if store_url is not None:
@@ -180,18 +192,101 @@ class Config:
         )
 
 
-def check_mode(mode: str) -> str:
+#: The environment variable of each setting of ``Scheduler(...)`` that has one (an
+#: argument that is None falls back to it). Every other constructor argument is an object
+#: (``clock``), not a setting; docs/reference/configuration.md lists them all, and a test
+#: checks that the two agree with the constructor.
+VARIABLES: dict[str, str] = {
+    "store": "SOLOIST_STORE_URL",
+    "instance_id": "SOLOIST_INSTANCE_ID",
+    "mode": "SOLOIST_MODE",
+    "partitions": "SOLOIST_PARTITIONS",
+    "lease_ttl": "SOLOIST_LEASE_TTL",
+    "heartbeat": "SOLOIST_HEARTBEAT",
+    "http": "SOLOIST_HTTP",
+    "token": "SOLOIST_TOKEN",
+    "concurrency": "SOLOIST_CONCURRENCY",
+    "max_leaked_threads": "SOLOIST_MAX_LEAKED_THREADS",
+    "poll_interval": "SOLOIST_POLL_INTERVAL",
+    "grace_period": "SOLOIST_GRACE_PERIOD",
+    "misfire_grace": "SOLOIST_MISFIRE_GRACE",
+    "migrate": "SOLOIST_MIGRATE",
+}
+
+DEFAULT_CONCURRENCY = 10
+DEFAULT_POLL_INTERVAL = timedelta(seconds=1)
+DEFAULT_GRACE_PERIOD = timedelta(seconds=30)
+DEFAULT_PARTITIONS = 64
+
+
+def setting(name: str, argument: object) -> tuple[object, str]:
+    """The value of setting ``name`` and how to name it in an error: the argument when it
+    is not None, else its environment variable (:data:`VARIABLES`) when set and not empty
+    (named by the variable), else None (the caller's default)."""
+    if argument is not None:
+        return argument, name
+    variable = VARIABLES[name]
+    text = os.environ.get(variable, "")
+    return (text, variable) if text.strip() else (None, name)
+
+
+_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def duration(value: object, what: str, *, allow_zero: bool = False) -> timedelta:
+    """:func:`parse_duration`, also taking a string of a bare number of seconds (``"30"``,
+    as an environment variable gives one)."""
+    if isinstance(value, str) and _SECONDS.fullmatch(value.strip()):
+        value = float(value.strip())
+    return parse_duration(value, what=what, allow_zero=allow_zero)
+
+
+def check_count(value: object, what: str, *, minimum: int, default: str = "") -> int:
+    """``value`` as an integer of at least ``minimum`` (a string of one, from the
+    environment); ConfigError names ``what`` otherwise."""
+    count: object = value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        count = int(value.strip())
+    if isinstance(count, bool) or not isinstance(count, int) or count < minimum:
+        unset = f" (or None: {default})" if default else ""
+        raise ConfigError(f"invalid {what} {value!r}: expected an integer >= {minimum}{unset}")
+    return count
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def check_flag(value: object, *, what: str) -> bool:
+    """``value`` as a bool: True/False, or (from the environment) one of 1/true/yes/on,
+    0/false/no/off, in any case."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(f"invalid {what} {value!r}: expected true or false (1/0, yes/no, on/off)")
+
+
+def check_mode(mode: object, *, what: str = "mode") -> str:
     """``mode`` if it is one of :data:`MODES`."""
     if mode not in MODES:
-        raise ConfigError(f"invalid mode {mode!r}: expected 'distributed', 'leader' or 'local'")
-    return mode
+        raise ConfigError(f"invalid {what} {mode!r}: expected 'distributed', 'leader' or 'local'")
+    return str(mode)
 
 
-def check_token(token: object) -> str:
+def check_token(token: object, *, what: str = "token") -> str:
     """``token`` if it is a non-empty string."""
     if not isinstance(token, str) or not token.strip():
-        raise ConfigError("invalid token: expected a non-empty string (SOLOIST_TOKEN)")
+        hint = "" if what.startswith("SOLOIST_") else " (SOLOIST_TOKEN)"
+        raise ConfigError(f"invalid {what}: expected a non-empty string{hint}")
     return token
+
+
+def check_instance_id(value: object, *, what: str = "instance id") -> str:
+    """``value`` if it is a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"invalid {what} {value!r}: expected a non-empty string")
+    return value
 
 
 def default_instance_id() -> str:
@@ -203,11 +298,11 @@ def default_instance_id() -> str:
 DEFAULT_HTTP_HOST = "127.0.0.1"
 
 
-def parse_http_address(value: object) -> tuple[str, int]:
+def parse_http_address(value: object, *, what: str = "HTTP address") -> tuple[str, int]:
     """``HOST:PORT``, ``[IPv6]:PORT`` or a bare ``PORT`` (on 127.0.0.1) as (host, port).
     Port 0 asks the OS for a free port."""
     bad = ConfigError(
-        f"invalid HTTP address {value!r}: expected HOST:PORT (e.g. 127.0.0.1:8080) or a port"
+        f"invalid {what} {value!r}: expected HOST:PORT (e.g. 127.0.0.1:8080) or a port"
     )
     if isinstance(value, bool):
         raise bad
@@ -237,7 +332,7 @@ def parse_http_address(value: object) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def check_partitions(value: object) -> int:
+def check_partitions(value: object, *, what: str = "partitions") -> int:
     """A partition count: an integer from 1 to 4096 (a string of one, from the
     environment)."""
     count: object = value
@@ -247,5 +342,5 @@ def check_partitions(value: object) -> int:
         except ValueError:
             count = value
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= SLOTS:
-        raise ConfigError(f"invalid partitions {value!r}: expected an integer from 1 to {SLOTS}")
+        raise ConfigError(f"invalid {what} {value!r}: expected an integer from 1 to {SLOTS}")
     return count

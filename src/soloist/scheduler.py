@@ -69,16 +69,16 @@ class Scheduler:
         instance_id: str | None = None,
         lease_ttl: object = None,
         heartbeat: object = None,
-        concurrency: int = 10,
-        poll_interval: object = "1s",
-        grace_period: object = "30s",
+        concurrency: int | None = None,
+        poll_interval: object = None,
+        grace_period: object = None,
         misfire_grace: object = None,
         clock: Clock | None = None,
         http: object = None,
         token: str | None = None,
         max_leaked_threads: int | None = None,
         partitions: int | None = None,
-        migrate: bool = True,
+        migrate: bool | None = None,
     ) -> None:
         url = store.url if isinstance(store, Store) else store
         if url is not None and not isinstance(url, str):
@@ -97,6 +97,7 @@ class Scheduler:
             token=token,
             max_leaked_threads=max_leaked_threads,
             partitions=partitions,
+            migrate=migrate,
         )
         self.clock: Clock = clock or SystemClock()
         #: This instance's Prometheus metrics (served by ``GET /metrics``).
@@ -107,7 +108,7 @@ class Scheduler:
             lambda: self.config,
             given=store if isinstance(store, Store) else None,
             given_url=url,
-            migrate=migrate,
+            migrate=self.config.migrate,
         )
         self.registry = Registry()
         self.ops = Operations(self._bridge.store, self.registry, self._wake)
@@ -134,12 +135,20 @@ class Scheduler:
         overlap: str | None = None,
         scopes: ScopeProvider | None = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        no_retry_on: tuple[type[BaseException], ...] | None = None,
+        misfire_grace: object = None,
     ) -> Callable[[F], F]:
         """Decorate ``fn(ctx)`` to run on ``schedule`` once per planned instant (and scope).
 
         ``overlap`` defaults to ``"skip"``, or to ``"queue"`` with ``catch_up="all"``.
         ``max_crashes``: how many lease expiries (the runner killed, frozen or cut off) an
-        occurrence survives; each one runs it again without spending a retry."""
+        occurrence survives; each one runs it again without spending a retry.
+        ``retry_on``: only these exception classes are retried; ``no_retry_on``: these
+        never are (the run is ``dead`` at once). ``misfire_grace``: how late an instant
+        may be planned and still count as on time, for this job (default: the
+        scheduler's). A cron schedule without its own ``tz`` runs in the scheduler's
+        ``timezone``."""
         if not isinstance(schedule, Schedule):
             raise ConfigError(
                 f"invalid schedule {schedule!r}: expected cron(...), every(...) or at(...)"
@@ -150,13 +159,23 @@ class Scheduler:
                 "process at import, so every instance would plan its own run; give an "
                 "absolute time, or use enqueue(..., delay=...)"
             )
-        policy = JobPolicy.build(catch_up, catch_up_window, overlap)
+        policy = JobPolicy.build(catch_up, catch_up_window, overlap, misfire_grace)
+        schedule = schedule.in_default_zone(self.config.timezone)
         if scopes is not None and not callable(scopes):
             raise ConfigError(f"invalid scopes {scopes!r}: expected a function of now")
 
         def decorate(fn: F) -> F:
             task = build_task(
-                fn, name, retries, backoff, backoff_base, backoff_cap, timeout, max_crashes
+                fn,
+                name,
+                retries,
+                backoff,
+                backoff_base,
+                backoff_cap,
+                timeout,
+                max_crashes,
+                retry_on,
+                no_retry_on,
             )
             job = JobDef(task.name, task.name, schedule, policy, {}, scopes)
             self.registry.add_job(job, self._wrapped(task))
@@ -179,6 +198,8 @@ class Scheduler:
         backoff_cap: object = "10m",
         timeout: object = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        no_retry_on: tuple[type[BaseException], ...] | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -193,11 +214,15 @@ class Scheduler:
         backoff_cap: object = "10m",
         timeout: object = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        no_retry_on: tuple[type[BaseException], ...] | None = None,
     ) -> F | Callable[[F], F]:
         """Decorate ``fn(ctx, **payload)`` as a task that ``enqueue`` can queue.
 
         ``max_crashes``: how many lease expiries (the runner killed, frozen or cut off) a
-        queued run survives; each one runs it again without spending a retry."""
+        queued run survives; each one runs it again without spending a retry.
+        ``retry_on``: only these exception classes are retried; ``no_retry_on``: these
+        never are (the run is ``dead`` at once, its error recorded)."""
 
         def decorate(handler: F) -> F:
             self.registry.add_task(
@@ -211,6 +236,8 @@ class Scheduler:
                         backoff_cap,
                         timeout,
                         max_crashes,
+                        retry_on,
+                        no_retry_on,
                     )
                 )
             )
@@ -245,14 +272,16 @@ class Scheduler:
         self,
         task: str | Callable[..., Any],
         /,
+        payload: dict[str, Any] | None = None,
         *,
         delay: object = None,
         at: object = None,
         key: str | None = None,
-        **payload: Any,
     ) -> str:
         """Queue ``task(ctx, **payload)``; returns the occurrence id (the existing one if
-        ``key`` was used before)."""
+        ``key`` was used before). ``payload``: a dict of JSON values (none: ``{}``), the
+        handler's keyword arguments; its keys never mix with ``delay``, ``at`` and ``key``.
+        A payload that is not a dict of JSON values raises PayloadError naming it."""
         occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key)
         return occ.id
 
