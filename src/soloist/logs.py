@@ -39,8 +39,25 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return {name: found[name] for name in FIELDS if name in found}
 
 
+#: What every LogRecord carries by itself: anything else on a record came from ``extra=``
+#: (or a filter that adds fields).
+_RECORD_ATTRIBUTES = frozenset(
+    {
+        *logging.LogRecord("", 0, "", 0, "", None, None).__dict__,
+        "message",
+        "asctime",
+        "taskName",
+    }
+)
+_JSON_KEYS = ("time", "level", "logger", "message", "exception")
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and the structured fields."""
+    """One JSON object per line: time, level, logger, message, soloist's structured fields,
+    then any other ``extra=`` field of the record (``log.info("x", extra={"order_id":
+    7})`` gives ``"order_id": 7``; a value JSON cannot hold is written as its ``str``). A
+    field named like one of the first keys (``time``, ``level``...) keeps it and is
+    written as ``extra_<name>``."""
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
@@ -50,6 +67,11 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **_fields(record),
         }
+        for name, value in record.__dict__.items():
+            if name in _JSON_KEYS:
+                data[f"extra_{name}"] = value
+            elif name not in _RECORD_ATTRIBUTES and name not in data:
+                data[name] = value
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str)

@@ -4,11 +4,13 @@ logging): lines of a loop turn written together, nothing reordered or lost."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
 
-from soloist.logs import BATCH_CHARS, LoopBatchedHandler, TextFormatter
+from soloist.context import _FieldsAdapter
+from soloist.logs import BATCH_CHARS, JsonFormatter, LoopBatchedHandler, TextFormatter
 
 
 class Writes:
@@ -181,3 +183,21 @@ def test_text_lines_read_as_the_format_string_says() -> None:
     assert got[:2] == expected[:2]
     assert got[2].startswith(expected[2].split("\n")[0]) and "ValueError: boom" in got[2]
     assert got[2].endswith("  [job=j]")
+
+
+def test_json_lines_keep_the_users_extra_fields() -> None:
+    """A JSON line carries every ``extra=`` field of the record, soloist's and the user's
+    (also through ctx.logger); a value JSON cannot hold is written as its str, and a field
+    named like a key of the line is kept as ``extra_<name>``."""
+    stream = Writes()
+    logger, handler = _logger(stream)
+    handler.setFormatter(JsonFormatter())
+    logger.info("paid", extra={"order_id": 7, "items": ["a"], "who": {1}, "level": "vip"})
+    adapter = _FieldsAdapter(logger, {"job": "bill", "attempt": 1})
+    adapter.warning("late", extra={"order_id": 8})
+    first, second = (json.loads(line) for line in stream.lines)
+    assert first["message"] == "paid" and first["level"] == "INFO"
+    assert (first["order_id"], first["items"], first["who"]) == (7, ["a"], "{1}")
+    assert first["extra_level"] == "vip"
+    assert "args" not in first and "msg" not in first and "created" not in first
+    assert (second["job"], second["attempt"], second["order_id"]) == ("bill", 1, 8)
