@@ -118,6 +118,14 @@ def test_url_defaults_and_options() -> None:
         ("redis://h/zero", "zero"),
         ("redis://h:99999/0", "99999"),
         ("redis://u:pw@h/0?nope=1", "nope"),
+        ("redis://h/0?decode_responses=false", "decode_responses"),
+        ("redis://h/0?protocol=3", "protocol"),
+        ("redis://h/0?db=3", "db"),
+        ("redis://h/0?ssl_cert_reqs=none", "rediss://"),
+        ("rediss://h/0?ssl_cert_reqs=maybe", "maybe"),
+        ("rediss://h/0?ssl_ca_certs=", "ssl_ca_certs"),
+        ("redis://h/0?health_check_interval=often", "often"),
+        ("redis://u:pw@h/0?retry_on_timeout=1&max_connections=lots", "lots"),
     ],
 )
 def test_bad_urls_are_refused_naming_the_value(url: str, named: str) -> None:
@@ -126,6 +134,29 @@ def test_bad_urls_are_refused_naming_the_value(url: str, named: str) -> None:
         RedisStore(url)
     assert named.strip("'") in str(info.value)
     assert "pw@" not in str(info.value)
+
+
+def test_redis_py_options_reach_redis_py_and_soloists_do_not() -> None:
+    """Options redis-py reads from a URL (timeouts, health checks, TLS) pass through to the
+    client as written; prefix and history bounds stay out; an unknown option names what is
+    accepted."""
+    target = parse_url(
+        "rediss://:pw@h:6380/2?prefix=app&history_max=5&ssl_cert_reqs=none"
+        "&ssl_ca_certs=/etc/ca.pem&health_check_interval=5&retry_on_timeout=yes"
+        "&socket_keepalive=true&socket_timeout=3"
+    )
+    assert target.driver_url == (
+        "rediss://:pw@h:6380/2?ssl_cert_reqs=none&ssl_ca_certs=%2Fetc%2Fca.pem"
+        "&health_check_interval=5&retry_on_timeout=yes&socket_keepalive=true"
+    )
+    assert (target.prefix, target.history_max, target.socket_timeout) == ("app", 5, 3.0)
+    store = RedisStore("redis://127.0.0.1/0?prefix=p&health_check_interval=7&max_connections=3")
+    pool = store._conns._new_client().connection_pool
+    assert pool.connection_kwargs["health_check_interval"] == 7
+    assert pool.max_connections == 3
+    assert "prefix" not in pool.connection_kwargs
+    with pytest.raises(ConfigError, match=r"unknown option 'colour'.*ssl_cert_reqs"):
+        parse_url("redis://h/0?colour=blue")
 
 
 def test_open_store_selects_the_redis_store() -> None:
@@ -698,6 +729,74 @@ def private_redis(tmp_path: Path) -> Iterator[str]:
         client.close()
         proc.kill()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A redis-server of its own that speaks only TLS, with a self-signed certificate made
+    by openssl: its rediss:// URL and the certificate (the CA to trust)."""
+    binary, openssl = shutil.which("redis-server"), shutil.which("openssl")
+    if binary is None or openssl is None:
+        reason = "REDIS TLS TESTS NOT RUN: they need redis-server and openssl in PATH"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    where = tmp_path_factory.mktemp("tls")
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+        + ["-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=x"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True,
+        capture_output=True,
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"]
+    argv += ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
+    argv += ["--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no", "--save", ""]
+    proc = subprocess.Popen([*argv, "--dir", str(where)], stdout=subprocess.DEVNULL)
+    url = f"rediss://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url, ssl_ca_certs=str(cert), socket_timeout=1)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert proc.poll() is None, "the TLS redis-server did not start"
+            assert time.monotonic() < deadline, "the TLS redis-server did not answer"
+            time.sleep(0.05)
+    try:
+        yield url, cert
+    finally:
+        client.close()
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+async def test_a_rediss_url_with_tls_options_connects(tls_redis: tuple[str, Path]) -> None:
+    """A managed-Redis style rediss:// URL works: trusting the server's CA with
+    ssl_ca_certs, or not checking with ssl_cert_reqs=none; without either the self-signed
+    certificate is refused (StoreUnavailableError saying why): the options reach redis-py."""
+    url, cert = tls_redis
+    for n, options in enumerate(
+        (f"ssl_ca_certs={cert}", "ssl_cert_reqs=none&health_check_interval=5")
+    ):
+        store = RedisStore(f"{url}?prefix=tls{n}&{options}")
+        try:
+            await store.migrate()
+            await store.occurrence_insert_many([new_occurrence("k1", due_at=LONG_AGO)])
+            assert (await store.occurrence_counts()).due == 1
+        finally:
+            await store.close()
+    store = RedisStore(f"{url}?prefix=tls&socket_connect_timeout=2")
+    try:
+        with pytest.raises(StoreUnavailableError, match="certificate verify failed"):
+            await store.migrate()
+    finally:
+        await store.close()
 
 
 async def test_more_concurrent_calls_than_connections_wait_for_one(private_redis: str) -> None:

@@ -1,22 +1,33 @@
-"""Reading a Redis store URL: where to connect, soloist's own options, and what may be
-shown in messages (never the password).
+"""Reading a Redis store URL: where to connect, soloist's own options, redis-py's options
+passed through, and what may be shown in messages (never the password).
 
 ``redis://[user:password@]host[:port][/db][?option=value&...]`` (``rediss://`` for TLS).
-Options: ``prefix`` (default ``soloist``: every key is ``{prefix}:...``), ``history_max``
-(finished occurrences kept, default 100000, 0: no count limit), ``history_age`` (how long
-finished occurrences are kept, default ``30d``, ``0``: no age limit), ``socket_timeout`` and
-``socket_connect_timeout`` (seconds, for the driver: given, they win over the timeouts a
-store derives from the lease TTL, see :meth:`RedisTarget.bounded`). Anything else is
-refused, naming it.
+soloist's own options, never given to redis-py: ``prefix`` (default ``soloist``: every key
+is ``{prefix}:...``), ``history_max`` (finished occurrences kept, default 100000, 0: no
+count limit), ``history_age`` (how long finished occurrences are kept, default ``30d``,
+``0``: no age limit). ``socket_timeout`` and ``socket_connect_timeout`` (seconds) are read
+here too: given, they win over the timeouts a store derives from the lease TTL (see
+:meth:`RedisTarget.bounded`).
+
+Every other option is redis-py's own and reaches redis-py as written (it parses a URL's
+query itself in ``from_url``): the ones it parses from a URL (``health_check_interval``,
+``retry_on_timeout``, ``socket_keepalive``, ``max_connections``, ``ssl_check_hostname``...)
+and, with ``rediss://``, the string options of its TLS connection (``ssl_cert_reqs``,
+``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``...). Each value is checked here, so a
+bad one is a ConfigError naming it when the URL is read, not an error at the first
+connection. Options that would change what the store relies on (``decode_responses``,
+``protocol``, ``encoding``, ``db``) and unknown ones are refused, naming them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from soloist.errors import ConfigError
 from soloist.stores.deadlines import Deadlines
@@ -40,7 +51,34 @@ SCHEMES = ("redis", "rediss")
 
 # No braces (the prefix is the hash tag), no colon (the key separator), no spaces.
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-_OPTIONS = ("prefix", "history_max", "history_age", "socket_timeout", "socket_connect_timeout")
+#: soloist's own options: read here, never given to redis-py.
+_OWN = ("prefix", "history_max", "history_age")
+#: redis-py options soloist reads and passes as arguments (the lease TTL bounds them).
+_TIMEOUTS = ("socket_timeout", "socket_connect_timeout")
+#: redis-py options a store may not be given, and why.
+_REFUSED = {
+    "db": "give the database in the path: redis://host:6379/2",
+    "decode_responses": "the store decodes replies itself",
+    "encoding": "the store decodes replies itself",
+    "encoding_errors": "the store decodes replies itself",
+    "protocol": "the store's scripts speak RESP2",
+    "legacy_responses": "the store reads redis-py's default replies",
+    "client_name": "the store names its connections 'soloist'",
+    "password": "give it in the URL: redis://:password@host",
+    "username": "give it in the URL: redis://user:password@host",
+}
+#: String options of redis-py's TLS connection (the ones this redis-py has are accepted).
+_TLS_STRINGS = (
+    "ssl_keyfile",
+    "ssl_certfile",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_ca_data",
+    "ssl_ciphers",
+    "ssl_password",
+)
+_CERT_REQS = ("none", "optional", "required")
 
 
 @dataclass(frozen=True)
@@ -105,7 +143,15 @@ def parse_url(url: str) -> RedisTarget:
         raise ConfigError(
             f"invalid Redis database {path!r} in store URL {shown!r}: expected a number"
         )
-    options = query_options(parts.query, _OPTIONS, shown, "Redis")
+    known = redis_options()
+    allowed = (*_OWN, *_TIMEOUTS, *sorted(set(known) - set(_REFUSED) - set(_TIMEOUTS)))
+    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if name not in allowed and name not in _REFUSED:
+            raise ConfigError(
+                f"unknown option {name!r} in Redis store URL {shown!r}: expected {_LISTED}"
+            )
+    options = query_options(parts.query, (*allowed, *_REFUSED), shown, "Redis")
+    driver_options = _driver_options(options, known, parts.scheme, shown)
     prefix = options.get("prefix", DEFAULT_PREFIX)
     if not _PREFIX.fullmatch(prefix):
         raise ConfigError(
@@ -120,7 +166,8 @@ def parse_url(url: str) -> RedisTarget:
     display = f"{parts.scheme}://{user}{host}:{port or 6379}/{path or '0'} (prefix {prefix!r})"
     netloc = parts.netloc
     return RedisTarget(
-        driver_url=f"{parts.scheme}://{netloc}/{path}",
+        driver_url=f"{parts.scheme}://{netloc}/{path}"
+        + (f"?{urlencode(driver_options)}" if driver_options else ""),
         prefix=prefix,
         history_max=history_max,
         history_age=history_age,
@@ -146,3 +193,68 @@ def _seconds(options: dict[str, str], name: str, default: float, shown: str) -> 
             "number of seconds"
         )
     return value
+
+
+#: What an unknown option's message lists.
+_LISTED = (
+    "prefix, history_max, history_age, or a redis-py connection option (socket_timeout, "
+    "socket_connect_timeout, health_check_interval, retry_on_timeout, socket_keepalive, "
+    "max_connections, and with rediss:// ssl_cert_reqs, ssl_ca_certs, ssl_certfile, "
+    "ssl_keyfile, ssl_check_hostname ...)"
+)
+
+
+def redis_options() -> dict[str, Callable[[str], object] | None]:
+    """The options this redis-py takes from a URL, each with its parser (None: a string):
+    those it parses itself (``URL_QUERY_ARGUMENT_PARSERS``) and the string options of its
+    TLS connection. Empty when redis-py is not installed (the store then says so)."""
+    try:
+        from redis.asyncio import connection
+    except ImportError:  # pragma: no cover - the redis extra is missing
+        return {}
+    found: dict[str, Callable[[str], object] | None] = dict(connection.URL_QUERY_ARGUMENT_PARSERS)
+    tls = inspect.signature(connection.SSLConnection.__init__).parameters
+    found.update({name: None for name in _TLS_STRINGS if name in tls})
+    return found
+
+
+def _driver_options(
+    options: dict[str, str],
+    known: dict[str, Callable[[str], object] | None],
+    scheme: str,
+    shown: str,
+) -> dict[str, str]:
+    """The options for redis-py, each checked as redis-py will read it."""
+    passed: dict[str, str] = {}
+    for name, text in options.items():
+        if name in _OWN or name in _TIMEOUTS:
+            continue
+        if name in _REFUSED:
+            raise ConfigError(
+                f"option {name!r} is not allowed in Redis store URL {shown!r}: {_REFUSED[name]}"
+            )
+        if name.startswith("ssl_") and scheme != "rediss":
+            raise ConfigError(
+                f"option {name!r} in Redis store URL {shown!r} needs TLS: use rediss://"
+            )
+        parser = known[name]
+        try:
+            if parser is not None:
+                parser(text)
+            if not text:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"invalid {name} {text!r} in Redis store URL {shown!r}: expected "
+                + _EXPECTED.get(parser, "a value")
+            ) from None
+        if name == "ssl_cert_reqs" and text.lower() not in _CERT_REQS:
+            raise ConfigError(
+                f"invalid ssl_cert_reqs {text!r} in Redis store URL {shown!r}: expected "
+                "none, optional or required"
+            )
+        passed[name] = text
+    return passed
+
+
+_EXPECTED: dict[object, str] = {int: "a whole number", float: "a number"}
