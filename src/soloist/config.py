@@ -10,6 +10,7 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError
@@ -74,6 +75,8 @@ class Config:
     partitions: int = 64
     #: Create or upgrade the store's schema when it is first opened (False: never).
     migrate: bool = True
+    #: The IANA zone of cron schedules that name none (``cron(expr)`` without ``tz``).
+    timezone: str = "UTC"
 
     @classmethod
     def resolve(
@@ -95,6 +98,7 @@ class Config:
         max_leaked_threads: object = None,
         partitions: object = None,
         migrate: object = None,
+        timezone: object = None,
     ) -> Config:
         """Each setting from its argument; where that is None, from its ``SOLOIST_*``
         variable (:data:`VARIABLES`; an empty one counts as unset); else the default. A bad
@@ -141,6 +145,8 @@ class Config:
         name = check_instance_id(value, what=what) if value is not None else None
         value, what = setting("partitions", partitions)
         count = check_partitions(value if value is not None else DEFAULT_PARTITIONS, what=what)
+        value, what = setting("timezone", timezone)
+        zone = check_timezone(value, what=what) if value is not None else "UTC"
         value, what = setting("migrate", migrate)
         return cls(
             store_url=url,
@@ -159,6 +165,7 @@ class Config:
             max_leaked_threads=leaks,
             partitions=count,
             migrate=check_flag(value, what=what) if value is not None else True,
+            timezone=zone,
         )
 
     def override(
@@ -211,6 +218,7 @@ VARIABLES: dict[str, str] = {
     "grace_period": "SOLOIST_GRACE_PERIOD",
     "misfire_grace": "SOLOIST_MISFIRE_GRACE",
     "migrate": "SOLOIST_MIGRATE",
+    "timezone": "SOLOIST_TIMEZONE",
 }
 
 DEFAULT_CONCURRENCY = 10
@@ -280,6 +288,21 @@ def check_token(token: object, *, what: str = "token") -> str:
         hint = "" if what.startswith("SOLOIST_") else " (SOLOIST_TOKEN)"
         raise ConfigError(f"invalid {what}: expected a non-empty string{hint}")
     return token
+
+
+def check_timezone(value: object, *, what: str = "timezone") -> str:
+    """``value`` if it names an IANA time zone that zoneinfo knows (``"Europe/Paris"``)."""
+    text = value.strip() if isinstance(value, str) else value
+    try:
+        if not isinstance(text, str) or not text:
+            raise ValueError(text)
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
+        raise ConfigError(
+            f"invalid {what} {value!r}: expected an IANA time zone name such as "
+            "'Europe/Paris' or 'UTC'"
+        ) from None
+    return text
 
 
 def check_instance_id(value: object, *, what: str = "instance id") -> str:

@@ -40,6 +40,8 @@ from soloist.schedules import at as at_schedule
 from soloist.stores.base import Store
 from soloist.stores.core import checked
 
+#: How many job names the error for an unknown job lists.
+UNKNOWN_JOB_NAMES = 20
 #: Rows per store call of ``enqueue_many``, and how many such calls may be in flight.
 ENQUEUE_BATCH = 1000
 ENQUEUE_PARALLEL = 2
@@ -68,7 +70,7 @@ class Operations:
     async def enqueue(
         self,
         task: str | Callable[..., Any],
-        payload: dict[str, Any],
+        payload: dict[str, Any] | None,
         *,
         delay: object = None,
         at: object = None,
@@ -193,7 +195,7 @@ class Operations:
             # Not defined in this process (the CLI, a dynamic schedule): use the record.
             record = await store.job_get(job)
             if record is None:
-                raise UnknownJobError(f"unknown job {job!r}: expected a registered job name")
+                raise await self.unknown_job(job)
             defn = JobDef.from_stored(record.name, record.task, record.schedule, record.payload)
             max_attempts = int(record.schedule.get("max_attempts", 1))
             max_crashes = int(record.schedule.get("max_crashes", DEFAULT_MAX_CRASHES))
@@ -267,8 +269,29 @@ class Operations:
             # has started yet (job_upsert keeps an existing pause flag).
             await store.job_upsert([r for r in self.registry.job_records() if r.name == job])
         if not await store.job_set_paused(job, paused):
-            raise UnknownJobError(f"unknown job {job!r}: expected a registered job name")
+            raise await self.unknown_job(job)
         self._wake()
+
+    async def unknown_job(self, job: str) -> UnknownJobError:
+        """The error for ``job``, a name that is no job: it lists the jobs there are (in the
+        store or defined here), and for a task's name says to enqueue it instead (a task is
+        known by its definition here, or by an occurrence of kind task in the store)."""
+        store = await self._store()
+        names = sorted({r.name for r in await store.job_list()} | set(self.registry.jobs))
+        shown = ", ".join(names[:UNKNOWN_JOB_NAMES])
+        if len(names) > UNKNOWN_JOB_NAMES:
+            shown += f" and {len(names) - UNKNOWN_JOB_NAMES} more ('soloist jobs' lists them)"
+        jobs = f"the jobs are: {shown}" if names else "the store has no jobs yet"
+        is_task = job in self.registry.tasks and job not in self.registry.jobs
+        if not is_task:
+            recent = await store.occurrence_list(job=job, limit=1)
+            is_task = bool(recent) and recent[0].kind is Kind.TASK
+        if is_task:
+            return UnknownJobError(
+                f"unknown job {job!r}: it is a task, not a scheduled job: queue a run with "
+                f"enqueue({job!r}) (soloist enqueue {job} --app APP); {jobs}"
+            )
+        return UnknownJobError(f"unknown job {job!r}: expected a job name; {jobs}")
 
     async def history(
         self, job: str | None = None, state: str | State | None = None, limit: int = 100
@@ -308,6 +331,7 @@ class Operations:
         overlap: str | None = None,
         catch_up: str = "latest",
         catch_up_window: object = None,
+        misfire_grace: object = None,
     ) -> JobRecord:
         check_name(name, "schedule name")
         if name in self.registry.jobs or name in self.registry.tasks:
@@ -324,7 +348,7 @@ class Operations:
             name=name,
             task=spec.name,
             schedule=schedule,
-            policy=JobPolicy.build(catch_up, catch_up_window, overlap),
+            policy=JobPolicy.build(catch_up, catch_up_window, overlap, misfire_grace),
             payload=data,
             dynamic=True,
         )

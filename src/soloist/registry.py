@@ -55,12 +55,23 @@ class JobPolicy:
     catch_up: CatchUp = CatchUp.LATEST
     catch_up_window: timedelta | None = None
     overlap: Overlap = Overlap.SKIP
+    #: How late an instant may be planned and still be on time, for this job (None: the
+    #: scheduler's ``misfire_grace``); older ones are missed and the catch-up policy
+    #: decides.
+    misfire_grace: timedelta | None = None
 
     @classmethod
-    def build(cls, catch_up: object, catch_up_window: object, overlap: object = None) -> JobPolicy:
+    def build(
+        cls,
+        catch_up: object,
+        catch_up_window: object,
+        overlap: object = None,
+        misfire_grace: object = None,
+    ) -> JobPolicy:
         """Check the policies. ``overlap=None`` is the default: ``skip``, except with
         ``catch_up="all"``, whose kept instants must all run: ``queue``. The contradiction
-        ``catch_up="all"`` with ``overlap="skip"`` is refused."""
+        ``catch_up="all"`` with ``overlap="skip"`` is refused. ``misfire_grace=None``: the
+        scheduler's."""
         kept = _enum(CatchUp, catch_up, "catch_up")
         if overlap is None:
             chosen = Overlap.QUEUE if kept is CatchUp.ALL else Overlap.SKIP
@@ -80,15 +91,23 @@ class JobPolicy:
                 else parse_duration(catch_up_window, what="catch_up_window")
             ),
             overlap=chosen,
+            misfire_grace=(
+                None
+                if misfire_grace is None
+                else parse_duration(misfire_grace, what="misfire_grace", allow_zero=True)
+            ),
         )
 
     def to_dict(self) -> JSONDict:
         window = self.catch_up_window
-        return {
+        stored: JSONDict = {
             "catch_up": self.catch_up.value,
             "catch_up_window_s": window.total_seconds() if window is not None else None,
             "overlap": self.overlap.value,
         }
+        if self.misfire_grace is not None:  # absent: the scheduler's (records stay as before)
+            stored["misfire_grace_s"] = self.misfire_grace.total_seconds()
+        return stored
 
     @classmethod
     def from_dict(cls, data: JSONDict) -> JobPolicy:
@@ -96,7 +115,9 @@ class JobPolicy:
         overlap = data.get("overlap")
         if catch_up == CatchUp.ALL.value and overlap == Overlap.SKIP.value:
             overlap = None  # stored before the combination was refused: run them all
-        return cls.build(catch_up, data.get("catch_up_window_s"), overlap)
+        return cls.build(
+            catch_up, data.get("catch_up_window_s"), overlap, data.get("misfire_grace_s")
+        )
 
 
 @dataclass(frozen=True)
@@ -216,6 +237,8 @@ def build_task(
     backoff_cap: object,
     timeout: object,
     max_crashes: object = DEFAULT_MAX_CRASHES,
+    retry_on: object = None,
+    no_retry_on: object = None,
 ) -> TaskDef:
     if not callable(fn):
         raise ConfigError(f"invalid handler {fn!r}: expected a function")
@@ -225,7 +248,14 @@ def build_task(
     return TaskDef(
         name=task_name,
         fn=fn,
-        retry=RetryPolicy.build(retries, backoff, backoff_base, backoff_cap),
+        retry=RetryPolicy.build(
+            retries,
+            backoff,
+            backoff_base,
+            backoff_cap,
+            retry_on=retry_on,
+            no_retry_on=no_retry_on,
+        ),
         timeout=None if timeout is None else parse_duration(timeout, what="timeout"),
         max_crashes=max_crashes,
     )

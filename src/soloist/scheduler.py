@@ -79,6 +79,7 @@ class Scheduler:
         max_leaked_threads: int | None = None,
         partitions: int | None = None,
         migrate: bool | None = None,
+        timezone: str | None = None,
     ) -> None:
         url = store.url if isinstance(store, Store) else store
         if url is not None and not isinstance(url, str):
@@ -98,6 +99,7 @@ class Scheduler:
             max_leaked_threads=max_leaked_threads,
             partitions=partitions,
             migrate=migrate,
+            timezone=timezone,
         )
         self.clock: Clock = clock or SystemClock()
         #: This instance's Prometheus metrics (served by ``GET /metrics``).
@@ -550,8 +552,13 @@ class Schedules:
         overlap: str | None = None,
         catch_up: str = "latest",
         catch_up_window: object = None,
+        misfire_grace: object = None,
     ) -> JobRecord:
-        """Store a schedule that runs ``task`` with ``payload``; every instance plans it."""
+        """Store a schedule that runs ``task`` with ``payload``; every instance plans it.
+        A cron schedule without its own ``tz`` is stored in the scheduler's ``timezone``;
+        ``misfire_grace`` (None: each planner's own) is stored with the policies."""
+        if isinstance(schedule, Schedule):
+            schedule = schedule.in_default_zone(self._app.config.timezone)
         return await self._app.ops.schedule_add(
             name,
             task=task,
@@ -563,6 +570,7 @@ class Schedules:
             overlap=overlap,
             catch_up=catch_up,
             catch_up_window=catch_up_window,
+            misfire_grace=misfire_grace,
         )
 
     add = sync_twin(aadd)

@@ -50,6 +50,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from soloist._cron_fields import field_problem
 from soloist._timemath import (
     format_duration,
     micros,
@@ -171,6 +172,11 @@ class Schedule(ABC):
             )
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
+    def in_default_zone(self, tz: str) -> Schedule:
+        """This schedule, a cron expression that names no zone of its own evaluated in
+        ``tz`` (the scheduler's default time zone); any other schedule unchanged."""
+        return self
+
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form; :func:`schedule_from_dict` is its exact inverse."""
@@ -217,7 +223,10 @@ class Schedule(ABC):
 
 @dataclass(frozen=True)
 class CronSchedule(Schedule):
-    """A cron expression evaluated in the IANA zone ``tz`` (DST rule: see module doc)."""
+    """A cron expression evaluated in the IANA zone ``tz`` (DST rule: see module doc).
+
+    ``tz_unset``: no zone was given (``cron(expr)``); ``tz`` is then ``"UTC"`` until a
+    scheduler applies its default time zone (:meth:`in_default_zone`)."""
 
     expr: str
     tz: str = "UTC"
@@ -225,6 +234,7 @@ class CronSchedule(Schedule):
     end: datetime | None = None
     max_runs: int | None = None
     jitter: timedelta | None = None
+    tz_unset: bool = field(default=False, compare=False, repr=False)
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
     _expanded: str = field(init=False, repr=False, compare=False)
     _fixed_time: bool = field(init=False, repr=False, compare=False)
@@ -245,10 +255,10 @@ class CronSchedule(Schedule):
                 f"invalid cron expression {self.expr!r}: it never fires (no date matches)"
             ) from None
         except Exception as exc:  # CronSimError, and whatever else garbage provokes
-            detail = str(exc) if isinstance(exc, CronSimError) else repr(exc)
-            raise ScheduleError(
-                f"invalid cron expression {self.expr!r}: {detail}; {_CRON_EXPECTED}"
-            ) from exc
+            named = field_problem(str(exc), fields) if isinstance(exc, CronSimError) else None
+            detail = named or f"{exc if isinstance(exc, CronSimError) else repr(exc)}; "
+            detail += "" if named else _CRON_EXPECTED
+            raise ScheduleError(f"invalid cron expression {self.expr!r}: {detail}") from exc
         try:
             zone = ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
@@ -260,6 +270,26 @@ class CronSchedule(Schedule):
         object.__setattr__(self, "_expanded", expanded)
         object.__setattr__(self, "_fixed_time", not (minute[0] == "*" or hour[0] == "*"))
         self._check_options()
+
+    def in_default_zone(self, tz: str) -> Schedule:
+        if not self.tz_unset:
+            return self
+        return dataclasses.replace(self, tz=tz, tz_unset=False)
+
+    def skipped_wall_time(self, instant: datetime) -> datetime | None:
+        """The local wall time (naive) that a daylight-saving gap skipped and that
+        ``instant``, one of this schedule's, stands in for (a fixed-time expression runs
+        such a time right after the gap), or None: ``instant`` is its own wall time."""
+        if not self._fixed_time:
+            return None
+        before = (instant - _ONE_US).astimezone(self._zone).utcoffset()
+        after = instant.astimezone(self._zone).utcoffset()
+        if before is None or after is None or after <= before:
+            return None  # not the end of a gap
+        wall = instant.astimezone(self._zone).replace(tzinfo=None)
+        gap_start = wall - (after - before)
+        match = next(CronSim(self._expanded, gap_start - timedelta(seconds=1)), None)
+        return match if match is not None and gap_start <= match < wall else None
 
     def to_dict(self) -> dict[str, Any]:
         """``{"type": "cron", "expr", "tz", "start", "end", "max_runs", "jitter_s"}``."""
@@ -376,7 +406,7 @@ def _jitter(value: object) -> timedelta | None:
 
 def cron(
     expr: str,
-    tz: str = "UTC",
+    tz: str | None = None,
     *,
     start: InstantLike | None = None,
     end: InstantLike | None = None,
@@ -385,16 +415,21 @@ def cron(
 ) -> CronSchedule:
     """Cron schedule: 5 fields, 6 with leading seconds, or an alias (``@daily``...).
 
+    ``tz``: the IANA zone of the expression; None: the default time zone of the
+    scheduler it is given to (``Scheduler(timezone=...)``, ``SOLOIST_TIMEZONE``), UTC
+    unless set.
+
     Raises :class:`ScheduleError` naming the value for a bad expression, ``@reboot``, an
     expression that never fires, an unknown zone, or bad options.
     """
     return CronSchedule(
         expr,
-        tz,
+        tz if tz is not None else "UTC",
         start=parse_instant(start, "start"),
         end=parse_instant(end, "end"),
         max_runs=max_runs,
         jitter=_jitter(jitter),
+        tz_unset=tz is None,
     )
 
 

@@ -33,6 +33,7 @@ FROM_ENV: dict[str, tuple[str, str, object]] = {
     "grace_period": ("SOLOIST_GRACE_PERIOD", "0", timedelta(0)),
     "misfire_grace": ("SOLOIST_MISFIRE_GRACE", "1m", timedelta(minutes=1)),
     "migrate": ("SOLOIST_MIGRATE", "false", False),
+    "timezone": ("SOLOIST_TIMEZONE", "Europe/Paris", "Europe/Paris"),
 }
 
 #: An argument of each setting that differs from the variable's value above.
@@ -51,6 +52,7 @@ ARGUMENTS: dict[str, tuple[object, object]] = {
     "grace_period": ("5s", timedelta(seconds=5)),
     "misfire_grace": ("7s", timedelta(seconds=7)),
     "migrate": (True, True),
+    "timezone": ("America/New_York", "America/New_York"),
 }
 
 BAD = {
@@ -68,6 +70,7 @@ BAD = {
     "SOLOIST_GRACE_PERIOD": "-5s",
     "SOLOIST_MISFIRE_GRACE": "soon",
     "SOLOIST_MIGRATE": "maybe",
+    "SOLOIST_TIMEZONE": "Mars/Olympus_Mons",
 }
 
 

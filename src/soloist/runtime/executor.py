@@ -495,6 +495,7 @@ class Executor(Service):
         message: str | None = None
         result: Any = None
         cancelled = False
+        refused: str | None = None  # why retry_on / no_retry_on refuse another attempt
         try:
             if ctx.lease_lost:  # lost before it started (a claim answered too late)
                 raise LeaseLostError("the claim's answer came after its lease deadline")
@@ -504,6 +505,8 @@ class Executor(Service):
         except (asyncio.TimeoutError, TimeoutError) as exc:
             code = ErrorCode.TIMEOUT
             message = f"timed out after {task.timeout}" if task.timeout else repr(exc)
+            if not (task.timeout and isinstance(exc.__cause__, asyncio.CancelledError)):
+                refused = task.retry.refuses(exc)  # the handler's own TimeoutError
         except asyncio.CancelledError:
             if run.released:
                 return  # graceful shutdown: the lease was handed back
@@ -514,16 +517,18 @@ class Executor(Service):
         except Exception as exc:
             code = ErrorCode.HANDLER_ERROR
             message = _describe(exc)
+            refused = task.retry.refuses(exc)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt raised by a handler
             code = ErrorCode.HANDLER_PANIC
             message = _describe(exc)
+            refused = task.retry.refuses(exc)
         if run.cancelled_for_lease and code is not None:
             # Whatever the handler raised while being cancelled for its lease (a cleanup
             # that failed, a library wrapping the cancellation), the lease is gone.
             code, message = ErrorCode.LEASE_LOST, "lease lost while running; cancelled"
         if run.released:
             return
-        await self._record(run, task, code, message, result)
+        await self._record(run, task, code, message, result, refused)
         if cancelled:
             raise asyncio.CancelledError
 
@@ -546,6 +551,7 @@ class Executor(Service):
         code: ErrorCode | None,
         message: str | None,
         result: Any,
+        refused: str | None = None,
     ) -> None:
         occ, ctx = run.occ, run.ctx
         now = self.clock.monotonic()
@@ -561,7 +567,7 @@ class Executor(Service):
             outcome = Outcome(
                 occ.id, occ.fencing_token, State.SUCCEEDED, result=summarise_result(result)
             )
-        elif occ.attempt < occ.max_attempts:
+        elif occ.attempt < occ.max_attempts and refused is None:
             # The store's time now, without asking it: its time at the claim plus the time
             # elapsed since on this instance's monotonic clock (no local wall clock).
             store_now = (occ.started_at or occ.due_at) + timedelta(seconds=now - run.claimed_at)
@@ -570,6 +576,8 @@ class Executor(Service):
                 occ.id, occ.fencing_token, State.FAILED, code.value, message, retry_at=retry_at
             )
         else:
+            if refused is not None and occ.attempt < occ.max_attempts:
+                message = f"{message} (not retried: {refused})"
             outcome = Outcome(occ.id, occ.fencing_token, State.DEAD, code.value, message)
         if run.released:
             return

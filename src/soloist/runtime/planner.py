@@ -534,7 +534,8 @@ def plan_walk(
 ) -> Walk:
     """Walk ``job``'s schedule from ``cursor`` up to ``now + lookahead``: the instants to
     plan (after the catch-up policy; none while ``paused``), the cursor's new last plan
-    time, and the next instant after it (None: ``max_runs`` spent or no more instants)."""
+    time, and the next instant after it (None: ``max_runs`` spent or no more instants).
+    ``misfire_grace`` is the scheduler's; the job's own (its policy's) wins."""
     never = cursor.last_plan_time is None
     if cursor.last_plan_time is None:
         # A stream seen for the first time starts now (no back-fill of history), or,
@@ -545,7 +546,9 @@ def plan_walk(
     else:
         base, count = cursor.last_plan_time, cursor.planned_count
     horizon = now + lookahead
-    missed_before = now - misfire_grace
+    # The job's own grace wins over the scheduler's.
+    grace = job.policy.misfire_grace
+    missed_before = now - (grace if grace is not None else misfire_grace)
     window = job.policy.catch_up_window
     max_runs = job.schedule.max_runs
 
