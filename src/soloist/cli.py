@@ -13,43 +13,105 @@ another app's database, an empty schema or Redis prefix) exits 1 with one line n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from soloist import logs
-from soloist.config import parse_http_address
+from soloist.config import DEFAULT_ELECTION, MODES, parse_http_address
 from soloist.errors import ConfigError, SoloistError, StoreError, StoreUnavailableError
-from soloist.models import JobRecord
-from soloist.reports import job_json
+from soloist.models import JobRecord, JSONDict, State
+from soloist.reports import cluster_report, job_json
 from soloist.scheduler import Scheduler
-from soloist.stores import DEFAULT_STORE_URL, open_store
+from soloist.stores import DEFAULT_STORE_URL, check_store_url, open_store
 from soloist.stores.base import Store
 from soloist.stores.existing import require_schema
 from soloist.stores.urls import mask_url
+from soloist.timeline import MAX_UPCOMING
 
 T = TypeVar("T")
+
+#: The values of ``--log-level`` (any case).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+def _store_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--store``, checked before the command runs: a URL of a scheme soloist has
+    (:func:`soloist.stores.check_store_url` says which; the store checks the rest)."""
+    check_store_url(value)
+    return value
+
 
 store_option = click.option(
     "--store",
     envvar="SOLOIST_STORE_URL",
     default=DEFAULT_STORE_URL,
     show_default=True,
+    callback=_store_url,
     help="Store URL (env SOLOIST_STORE_URL).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
-@click.group()
+def _fail(message: str, status: int) -> NoReturn:
+    """Print ``error: message`` as one line (a driver's message may span several) and
+    exit with ``status``."""
+    line = " ".join(part.strip() for part in message.strip().splitlines() if part.strip())
+    click.echo(f"error: {line}", err=True)
+    raise SystemExit(status)
+
+
+class _Commands(click.Group):
+    """The ``soloist`` group: every command's soloist errors and click's usage errors
+    become one ``error:`` line and an exit status (2: a rejected value, 1: the store),
+    never a traceback, also in commands that do not call :func:`_guard` themselves."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _one_line_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_errors():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except StoreError as exc:
+        _fail(str(exc), 1)
+    except SoloistError as exc:
+        _fail(str(exc), 2)
+    except click.exceptions.NoArgsIsHelpError:
+        raise  # shows the help, as asked
+    except click.UsageError as exc:
+        where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        _fail(f"{_sentence(exc.format_message())}{where}", exc.exit_code)
+
+
+def _sentence(text: str) -> str:
+    """Click's message as the middle of a line: no capital first, no full stop last."""
+    text = text.strip().rstrip(".")
+    return text[:1].lower() + text[1:]
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="soloist")
 def main() -> None:
     """soloist: run each planned job once across many instances."""
@@ -86,14 +148,8 @@ def load_app(spec: str) -> Scheduler:
 
 def _guard(fn: Callable[[], T]) -> T:
     """Turn soloist errors into one line on stderr and an exit status."""
-    try:
+    with _one_line_errors():
         return fn()
-    except StoreError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(1) from None
-    except SoloistError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
 
 
 def _existing(url: str) -> str:
@@ -111,15 +167,19 @@ def _existing(url: str) -> str:
 
 
 def _with_store(
-    url: str, action: Callable[[Store], Coroutine[Any, Any, T]], *, migrate: bool = True
+    url: str, action: Callable[[Store], Coroutine[Any, Any, T]], *, migrate: bool | None = True
 ) -> T:
     """``action(store)`` on the store at ``url``, migrated first; with ``migrate=False`` it
-    must exist at the newest schema already, and nothing is created."""
+    must exist at the newest schema already, and nothing is created; None: as it is (the
+    action migrates)."""
 
     async def go() -> T:
         store = open_store(url)
         try:
-            await (store.migrate() if migrate else require_schema(store))
+            if migrate:
+                await store.migrate()
+            elif migrate is not None:
+                await require_schema(store)
             return await action(store)
         finally:
             await store.close()
@@ -142,6 +202,7 @@ def _read_only_app(url: str) -> Scheduler:
     envvar="SOLOIST_STORE_URL",
     default=DEFAULT_STORE_URL,
     show_default=True,
+    callback=_store_url,
     help="Store URL (env SOLOIST_STORE_URL). Given on the command line, it replaces the "
     "app's own store (with a warning naming both).",
 )
@@ -153,10 +214,17 @@ def _read_only_app(url: str) -> Scheduler:
 @click.option(
     "--mode",
     envvar="SOLOIST_MODE",
+    type=click.Choice(MODES, case_sensitive=False),
     default=None,
     help="Coordination mode. Given on the command line, it wins over the app's.",
 )
-@click.option("--log-level", envvar="SOLOIST_LOG_LEVEL", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    envvar="SOLOIST_LOG_LEVEL",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
 @click.option(
     "--log-format",
     envvar="SOLOIST_LOG_FORMAT",
@@ -256,13 +324,21 @@ def _apply_command_line(
 @main.command()
 @store_option
 def migrate(store: str) -> None:
-    """Create or upgrade the store's schema."""
+    """Create or upgrade the store's schema; says which migrations it applied."""
 
-    async def noop(_: Store) -> None:
-        return None
+    async def schema(s: Store) -> list[int]:
+        return await s.migrate()
 
-    _with_store(store, noop)
-    click.echo(f"store {mask_url(store)} is at the newest schema")
+    applied = _with_store(store, schema, migrate=None)
+    if not applied:
+        click.echo(f"store {mask_url(store)} is already at the newest schema: nothing to do")
+        return
+    versions = ", ".join(str(v) for v in applied)
+    noun = "migration" if len(applied) == 1 else "migrations"
+    click.echo(
+        f"store {mask_url(store)}: applied {len(applied)} {noun} ({versions}); it is at the "
+        "newest schema"
+    )
 
 
 @main.command()
@@ -304,8 +380,12 @@ def _job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
 def status(store: str, as_json: bool) -> None:
     """Live instances, the leader and its epoch, and each job's next plan time."""
 
-    app = _read_only_app(store)
-    report = _guard(app.status)
+    # What the store says about the cluster: this command is no instance, so it reports
+    # none of its own (no instance id, mode or leadership of a process that runs nothing).
+    async def read(s: Store) -> JSONDict:
+        return {"store": mask_url(store), **await cluster_report(s, DEFAULT_ELECTION)}
+
+    report = _with_store(store, read, migrate=False)
     if as_json:
         click.echo(json.dumps(report))
         return
@@ -334,11 +414,17 @@ def status(store: str, as_json: bool) -> None:
 @main.command()
 @store_option
 @click.option("--job", default=None, help="Only this job.")
-@click.option("--state", default=None, help="Only this state (succeeded, dead, ...).")
+@click.option(
+    "--state",
+    type=click.Choice([state.value for state in State], case_sensitive=False),
+    default=None,
+    help="Only this state.",
+)
 @click.option("--limit", default=50, show_default=True, type=int)
 @json_option
 def history(store: str, job: str | None, state: str | None, limit: int, as_json: bool) -> None:
-    """Show what ran, when, where, and why it failed: newest plan time first."""
+    """Show what ran, when, where, and why it failed: newest plan time first. Each line
+    starts with the occurrence id that ``show`` and ``retry`` take."""
     app = _read_only_app(store)
     occurrences = _guard(lambda: app.history(job=job, state=state, limit=limit))
     for occ in occurrences:
@@ -348,7 +434,7 @@ def history(store: str, job: str | None, state: str | None, limit: int, as_json:
         took = f"{occ.duration.total_seconds():.3f}s" if occ.duration else "-"
         error = f" {occ.error_code}: {occ.error_message}" if occ.error_code else ""
         click.echo(
-            f"{occ.plan_time.isoformat()} {occ.job:<20} {occ.scope or '-':<8} "
+            f"{occ.id}  {occ.plan_time.isoformat()} {occ.job:<20} {occ.scope or '-':<8} "
             f"{occ.state.value:<9} attempt {occ.attempt} on {occ.instance_id or '-'} "
             f"({took}){error}"
         )
@@ -379,7 +465,7 @@ def show(occurrence_id: str, store: str, as_json: bool) -> None:
 
 
 def _store_op(store: str, action: Callable[[Scheduler], object], message: str) -> None:
-    app = Scheduler(_guard(lambda: _existing(store)))
+    app = _guard(lambda: Scheduler(_existing(store)))
     result = _guard(lambda: action(app))
     click.echo(message.format(result=result))
 
@@ -421,6 +507,84 @@ def resume(job: str, store: str) -> None:
 
 
 @main.command()
+@click.argument("job")
+@click.option(
+    "--start",
+    required=True,
+    help="First instant of the range: an RFC 3339 time with an offset, or a date (UTC).",
+)
+@click.option("--end", required=True, help="Last instant of the range (not in the future).")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    help="A scope to backfill (repeatable). Default: the job's stream without a scope.",
+)
+@store_option
+@json_option
+def backfill(
+    job: str, start: str, end: str, scopes: tuple[str, ...], store: str, as_json: bool
+) -> None:
+    """Plan JOB's instants from START to END (a past range, at most 10,000), once each:
+    instants already planned, run or backfilled are not added again."""
+    app = _guard(lambda: Scheduler(_existing(store)))
+    done = _guard(lambda: app.backfill(job, start, end, scopes=list(scopes) or None))
+    if as_json:
+        click.echo(json.dumps(done.to_json()))
+        return
+    click.echo(
+        f"backfilled {job} from {done.start.isoformat()} to {done.end.isoformat()}: "
+        f"{done.instants} instant(s), {done.added} added, {done.existing} already there"
+    )
+
+
+@main.command(name="next")
+@click.argument("job")
+@click.option(
+    "--count",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, MAX_UPCOMING),
+    help="How many fire times.",
+)
+@store_option
+@json_option
+def next_(job: str, count: int, store: str, as_json: bool) -> None:
+    """The next fire times of JOB in its schedule's time zone, daylight-saving shifts
+    marked. Writes nothing."""
+    app = _read_only_app(store)
+    rows = _guard(lambda: app.upcoming(job, count))
+    for row in rows:
+        if as_json:
+            click.echo(json.dumps(row.to_json()))
+            continue
+        local = row.local
+        mark = f"  <- {row.note}" if row.note else ""
+        click.echo(
+            f"{local:%Y-%m-%d %H:%M:%S} {row.to_json()['utc_offset']} {row.zone}  "
+            f"({row.plan_time:%Y-%m-%dT%H:%M:%SZ}){mark}"
+        )
+
+
+class _EnqueueCommand(click.Command):
+    """``enqueue``, which says where a payload goes when one follows ``--json`` (the
+    payload flag of soloist 0.1; ``--json`` now asks for JSON output)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # click's parser consumes the list
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if "--json" in given and any(a.lstrip().startswith("{") for a in given):
+                raise click.UsageError(
+                    f"{_sentence(exc.format_message())}: give the payload as --payload "
+                    "'{...}' (--json only asks for JSON output)",
+                    ctx,
+                ) from None
+            raise
+
+
+@main.command(cls=_EnqueueCommand)
 @click.argument("task")
 @click.option(
     "--app",
@@ -429,12 +593,28 @@ def resume(job: str, store: str) -> None:
     envvar="SOLOIST_APP",
     help="The app defining TASK (module:attribute); env SOLOIST_APP.",
 )
-@click.option("--json", "payload", default="{}", help="Payload: a JSON object.")
+@click.option(
+    "--payload",
+    default="{}",
+    show_default=True,
+    help="The handler's keyword arguments: a JSON object.",
+)
 @click.option("--delay", default=None, help="Run after this delay, e.g. 10m.")
 @click.option("--at", "at_", default=None, help="Run at this RFC 3339 time.")
 @click.option("--key", default=None, help="Idempotency key: at most one run per key.")
-@store_option
+@click.option(
+    "--store",
+    envvar="SOLOIST_STORE_URL",
+    default=DEFAULT_STORE_URL,
+    show_default=True,
+    callback=_store_url,
+    help="Store URL (env SOLOIST_STORE_URL). Given on the command line, it replaces the "
+    "app's own store.",
+)
+@json_option
+@click.pass_context
 def enqueue(
+    ctx: click.Context,
     task: str,
     app_spec: str,
     payload: str,
@@ -442,22 +622,30 @@ def enqueue(
     at_: str | None,
     key: str | None,
     store: str,
+    as_json: bool,
 ) -> None:
-    """Queue one run of TASK with a JSON payload."""
-    try:
-        data = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        click.echo(
-            f"error: invalid --json {payload!r}: {exc.msg}; expected a JSON object", err=True
-        )
-        raise SystemExit(2) from None
-    if not isinstance(data, dict):
-        click.echo(f"error: invalid --json {payload!r}: expected a JSON object", err=True)
-        raise SystemExit(2)
+    """Queue one run of TASK with a JSON payload; prints the occurrence id."""
+    data = _payload_object(payload)
     _export_store(store)
     app = _guard(lambda: load_app(app_spec))
-    occurrence = _guard(lambda: app.enqueue(task, delay=delay, at=at_, key=key, **data))
+    if ctx.get_parameter_source("store") is click.core.ParameterSource.COMMANDLINE:
+        _guard(lambda: app.reconfigure(store=store))
+    occurrence = _guard(lambda: app.enqueue(task, data, delay=delay, at=at_, key=key))
+    if as_json:
+        click.echo(json.dumps({"id": occurrence, "task": task}))
+        return
     click.echo(f"enqueued {task}: occurrence {occurrence}")
+
+
+def _payload_object(text: str) -> dict[str, Any]:
+    """``--payload``: a JSON object, or exit 2 with one line naming it."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        _fail(f"invalid --payload {text!r}: {exc.msg}; expected a JSON object", 2)
+    if not isinstance(data, dict):
+        _fail(f"invalid --payload {text!r}: expected a JSON object, e.g. '{{\"to\": 1}}'", 2)
+    return data
 
 
 @main.command()
@@ -673,3 +861,86 @@ def bench(
         except CompareSrcError as exc:
             raise click.UsageError(str(exc)) from None
     _guard(lambda: bench_main(config))
+
+
+#: ``soloist prune --dry-run`` counts up to this many rows.
+PRUNE_COUNT_LIMIT = 2**31 - 1
+
+
+@main.command()
+@click.option(
+    "--older-than",
+    default=None,
+    metavar="DURATION",
+    help="Delete finished occurrences that finished longer ago than this, e.g. 30d, 12h.",
+)
+@click.option(
+    "--keep",
+    default=None,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Delete finished occurrences beyond the newest N.",
+)
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@store_option
+@json_option
+def prune(
+    older_than: str | None, keep: int | None, dry_run: bool, store: str, as_json: bool
+) -> None:
+    """Delete old finished occurrences (succeeded, dead, skipped) and their attempts, in
+    batches. Without --older-than and --keep: to the store URL's history_max and
+    history_age. Never touches scheduled, running or failed ones, nor a job's newest
+    finished one on SQLite and PostgreSQL. Creates nothing: the store must exist."""
+    from soloist.durations import parse_duration
+    from soloist.runtime.pruner import PRUNE_BATCH, PRUNE_PAUSE
+    from soloist.stores.urls import Retention
+
+    age = None
+    if older_than is not None:
+        age = _guard(lambda: parse_duration(older_than, what="--older-than", allow_zero=True))
+
+    async def go(s: Store) -> tuple[int, datetime | None, int | None]:
+        older, kept = age, keep
+        if older is None and kept is None:
+            # The URL's bounds: those the running instances prune to.
+            bounds = getattr(s, "retention", None)
+            if not isinstance(bounds, Retention) or not bounds.bounded:
+                raise ConfigError(
+                    f"store {mask_url(store)} sets no history bounds: give --older-than "
+                    "DURATION or --keep N"
+                )
+            older, kept = bounds.history_age, bounds.history_max or None
+        cut = await s.now() - older if older is not None else None
+        if dry_run:
+            return await s.history_prune(cut, kept, PRUNE_COUNT_LIMIT, dry_run=True), cut, kept
+        total = 0
+        while True:
+            deleted = await s.history_prune(cut, kept, PRUNE_BATCH)
+            total += deleted
+            if deleted < PRUNE_BATCH:
+                return total, cut, kept
+            await asyncio.sleep(PRUNE_PAUSE)  # claims of running instances get the store
+
+    count, cut, kept = _with_store(store, go, migrate=False)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "pruned": count,
+                    "dry_run": dry_run,
+                    "before": cut.isoformat() if cut is not None else None,
+                    "keep": kept,
+                }
+            )
+        )
+        return
+    bounds_text = " and ".join(
+        part
+        for part in (
+            f"finished before {cut.isoformat()}" if cut is not None else "",
+            f"beyond the newest {kept}" if kept is not None else "",
+        )
+        if part
+    )
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} {count} finished occurrence(s) {bounds_text}")

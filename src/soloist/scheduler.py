@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, overload
 
-from soloist import logs
+from soloist import logs, tracing
 from soloist.bridge import StoreBridge, sync_twin
 from soloist.clock import Clock, SystemClock
 from soloist.config import Config
@@ -27,7 +27,14 @@ from soloist.control import Control, InstanceControl
 from soloist.endpoint import HttpEndpoint
 from soloist.errors import ConfigError, SoloistError
 from soloist.metrics import Metrics
-from soloist.models import DEFAULT_MAX_CRASHES, Attempt, JobRecord, Occurrence, State
+from soloist.models import (
+    DEFAULT_MAX_CRASHES,
+    Attempt,
+    CancelResult,
+    JobRecord,
+    Occurrence,
+    State,
+)
 from soloist.operations import Operations
 from soloist.registry import (
     Handler,
@@ -45,6 +52,7 @@ from soloist.schedules import Schedule
 from soloist.stores.base import Store
 from soloist.stores.core import CheckedStore
 from soloist.stores.urls import mask_url
+from soloist.timeline import Backfill, Upcoming, backfill_job, upcoming_of_job
 
 log = logging.getLogger("soloist")
 F = TypeVar("F", bound=Handler)
@@ -120,6 +128,8 @@ class Scheduler:
         self._on_demoted: list[LeadershipCallback] = []
         self._stop_requested: asyncio.Event | None = None
         self._handler_wrappers: list[Callable[[Handler], Handler]] = []
+        #: Whether to make OpenTelemetry spans: decided once, at the first enqueue or start.
+        self._traced: bool | None = None
 
     # -- definitions --------------------------------------------------------------------------
     def job(
@@ -284,7 +294,18 @@ class Scheduler:
         ``key`` was used before). ``payload``: a dict of JSON values (none: ``{}``), the
         handler's keyword arguments; its keys never mix with ``delay``, ``at`` and ``key``.
         A payload that is not a dict of JSON values raises PayloadError naming it."""
-        occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key)
+        if not self._tracing():
+            occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key)
+            return occ.id
+        with tracing.enqueue_span(
+            task if isinstance(task, str) else getattr(task, "__name__", "")
+        ) as traced:
+            span, context = traced
+            occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key, trace=context)
+            span.update_name(f"send {occ.task}")
+            span.set_attributes(
+                {"messaging.destination.name": occ.task, "messaging.message.id": occ.id}
+            )
         return occ.id
 
     enqueue = sync_twin(aenqueue)
@@ -309,6 +330,33 @@ class Scheduler:
         return (await self.ops.trigger(job)).id
 
     trigger = sync_twin(atrigger)
+
+    async def abackfill(
+        self, job: str, start: object, end: object, *, scopes: Iterable[str] | None = None
+    ) -> Backfill:
+        """Plan ``job``'s instants in the past range ``[start, end]`` (aware datetimes, RFC
+        3339 strings or dates), idempotently: with the planner's own occurrence keys, so an
+        instant that already ran or is planned is not doubled. ``scopes``: which streams
+        (default: the job's scope provider's, else the one without a scope). Returns how
+        many occurrences the range has, and how many were added; at most 10,000."""
+        store = await self._bridge.store()
+        result = await backfill_job(
+            store, self.registry, job, start, end, scopes, self.ops.unknown_job
+        )
+        if result.added:
+            self._wake()
+        return result
+
+    backfill = sync_twin(abackfill)
+
+    async def aupcoming(self, job: str, count: int = 10) -> list[Upcoming]:
+        """The next ``count`` fire times of ``job`` after the store's time, each in its
+        schedule's zone with daylight-saving shifts marked (what ``soloist next`` shows).
+        Writes nothing."""
+        store = await self._bridge.store()
+        return await upcoming_of_job(store, self.registry, job, count, self.ops.unknown_job)
+
+    upcoming = sync_twin(aupcoming)
 
     async def apause(self, job: str) -> None:
         """Stop planning ``job`` on every instance (instants while paused are skipped)."""
@@ -342,6 +390,19 @@ class Scheduler:
         return (await self.ops.retry(occurrence_id)).id
 
     retry = sync_twin(aretry)
+
+    async def acancel(self, occurrence_id: str) -> CancelResult:
+        """Cancel an occurrence. A ``scheduled`` one (or a ``failed`` one waiting for its
+        retry) ends ``dead`` with error code ``cancelled`` at once and never runs
+        (``outcome`` ``cancelled``). A ``running`` one is asked to stop (``requested``;
+        ``already_requested`` the second time): its runner learns it at its next lease
+        renewal, cancels an async handler and sets ``ctx.cancelled`` for a sync one, and
+        records it ``dead`` (``cancelled``), not retried. A cron job's next instants are
+        not affected. Raises StateConflictError for a finished occurrence and
+        UnknownOccurrenceError for an unknown id."""
+        return await self.ops.cancel(occurrence_id)
+
+    cancel = sync_twin(acancel)
 
     async def astatus(self) -> dict[str, Any]:
         """This instance, the leader and its epoch, the live instances and every job with
@@ -440,6 +501,8 @@ class Scheduler:
         self._bridge.loop = asyncio.get_running_loop()
         if not workers:
             return
+        if self._tracing():
+            self.wrap_handlers(tracing.traced_handler)  # each run in a span (soloist[otel])
         if self.config.http is not None and self._http is None:
             # Bound before any work is claimed: a taken port fails the start at once.
             endpoint = HttpEndpoint(self._control, *self.config.http)
@@ -527,6 +590,13 @@ class Scheduler:
         self._bridge.close()
 
     # -- plumbing -----------------------------------------------------------------------------
+    def _tracing(self) -> bool:
+        """Whether to make OpenTelemetry spans (soloist[otel] installed and a tracer
+        provider set), checked once: a Scheduler without them pays nothing more."""
+        if self._traced is None:
+            self._traced = tracing.enabled()
+        return self._traced
+
     def _wake(self) -> None:
         if self._runtime is not None:
             self._runtime.wake()
