@@ -36,12 +36,10 @@ from soloist.testing.conformance.base import (
     new_occurrence,
 )
 from soloist.testing.conformance.backfill import BackfillConformance
-from soloist.testing.conformance.cancellation import CancelConformance
 from soloist.testing.conformance.checks import CheckConformance
 from soloist.testing.conformance.claims import ClaimConformance, work_wait
 from soloist.testing.conformance.counts import CountConformance
 from soloist.testing.conformance.election import ElectionConformance
-from soloist.testing.conformance.history import HistoryConformance, LatestOutcomeConformance
 from soloist.testing.conformance.instances import InstanceConformance, instance_info
 from soloist.testing.conformance.jobs import JobConformance
 from soloist.testing.conformance.leases import LeaseConformance
@@ -51,7 +49,6 @@ from soloist.testing.conformance.planning import PlanningConformance
 __all__ = [
     "T0",
     "TTL",
-    "LatestOutcomeConformance",
     "StoreConformance",
     "StoreFactory",
     "at",
@@ -66,10 +63,8 @@ class StoreConformance(
     OccurrenceConformance,
     ClaimConformance,
     LeaseConformance,
-    CancelConformance,
     AttemptConformance,
     CountConformance,
-    HistoryConformance,
     JobConformance,
     PlanningConformance,
     BackfillConformance,
