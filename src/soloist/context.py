@@ -11,6 +11,7 @@ from typing import Any
 
 from soloist.errors import LeaseLostError
 from soloist.models import JSONDict, Occurrence
+from soloist.tracing import TRACE_KEY
 
 
 class _FieldsAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -50,6 +51,9 @@ class JobContext:
     lease_lost: bool = False
     _logger: logging.LoggerAdapter[logging.Logger] | None = field(default=None, repr=False)
     _extra: dict[str, Any] | None = field(default=None, repr=False)
+    #: The W3C trace context (``traceparent``, ``tracestate``) the occurrence was enqueued
+    #: under (see :mod:`soloist.tracing`), or None; never part of ``payload``.
+    trace_context: dict[str, str] | None = field(default=None, repr=False)
 
     @classmethod
     def for_occurrence(
@@ -60,7 +64,11 @@ class JobContext:
         renew: Callable[[], Coroutine[Any, Any, bool]],
         loop: asyncio.AbstractEventLoop,
     ) -> JobContext:
-        return cls(
+        payload, trace = occ.payload, None
+        if TRACE_KEY in payload:  # the enqueue's trace context: not the handler's argument
+            payload = dict(payload)
+            trace = payload.pop(TRACE_KEY)
+        ctx = cls(
             occ.id,
             occ.job,
             occ.task,
@@ -69,11 +77,14 @@ class JobContext:
             occ.attempt,
             occ.fencing_token,
             instance_id,
-            occ.payload,
+            payload,
             logger,
             renew,
             loop,
         )
+        if isinstance(trace, dict):
+            ctx.trace_context = {str(k): str(v) for k, v in trace.items()}
+        return ctx
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:

@@ -39,6 +39,7 @@ from soloist.schedules import Schedule
 from soloist.schedules import at as at_schedule
 from soloist.stores.base import Store
 from soloist.stores.core import checked
+from soloist.tracing import TRACE_KEY
 
 #: How many job names the error for an unknown job lists.
 UNKNOWN_JOB_NAMES = 20
@@ -75,9 +76,11 @@ class Operations:
         delay: object = None,
         at: object = None,
         key: str | None = None,
+        trace: JSONDict | None = None,
     ) -> Occurrence:
         """Queue one run of ``task`` now, after ``delay`` or at ``at``; with ``key``, at most
-        one occurrence per (task, key) is ever created (later calls return the first)."""
+        one occurrence per (task, key) is ever created (later calls return the first).
+        ``trace``: the enqueue's trace context, stored with the payload (soloist.tracing)."""
         spec = self._task(task)
         data = validate_payload(payload)
         _check_binds(spec, data)
@@ -99,7 +102,7 @@ class Operations:
                 kind=Kind.TASK,
                 max_attempts=spec.retry.max_attempts,
                 overlap=Overlap.ALLOW,
-                payload=data,
+                payload=data if trace is None else {**data, TRACE_KEY: trace},
                 max_crashes=spec.max_crashes,
             )
 
@@ -405,6 +408,10 @@ class Operations:
 
 def _check_binds(spec: TaskDef, payload: JSONDict) -> None:
     """Reject at enqueue time a payload the handler could never accept."""
+    if TRACE_KEY in payload:
+        raise PayloadError(
+            f"payload key {TRACE_KEY!r} is reserved: soloist keeps the trace context there"
+        )
     signature = spec.signature
     if signature is None:
         return

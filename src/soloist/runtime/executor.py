@@ -533,11 +533,12 @@ class Executor(Service):
             raise asyncio.CancelledError
 
     async def _invoke(self, task: TaskDef, ctx: JobContext, occ: Occurrence) -> Any:
+        # ctx.payload: the occurrence's payload less what soloist keeps in it (tracing).
         if task.is_async:
             if task.timeout is None:
-                return await task.fn(ctx, **occ.payload)
-            return await asyncio.wait_for(task.fn(ctx, **occ.payload), task.timeout.total_seconds())
-        call = functools.partial(task.fn, ctx, **occ.payload)
+                return await task.fn(ctx, **ctx.payload)
+            return await asyncio.wait_for(task.fn(ctx, **ctx.payload), task.timeout.total_seconds())
+        call = functools.partial(task.fn, ctx, **ctx.payload)
         if task.timeout is None:
             return await self.pool.run(call, name=occ.job)
         return await asyncio.wait_for(
