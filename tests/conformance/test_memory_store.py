@@ -8,10 +8,14 @@ from soloist.clock import Clock
 from soloist.stores import CheckedStore, open_store
 from soloist.stores.base import Store
 from soloist.stores.memory import MemoryStore
-from soloist.testing.conformance import StoreConformance, StoreFactory
+from soloist.testing.conformance import (
+    LatestOutcomeConformance,
+    StoreConformance,
+    StoreFactory,
+)
 
 
-class TestMemoryStore(StoreConformance):
+class TestMemoryStore(StoreConformance, LatestOutcomeConformance):
     @pytest.fixture
     def make_store(self) -> StoreFactory:
         # One process, one dict: every handle of a test is the same store object.

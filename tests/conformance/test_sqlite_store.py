@@ -9,10 +9,14 @@ import pytest
 from soloist.clock import Clock
 from soloist.stores.base import Store
 from soloist.stores.sqlite import SQLiteStore
-from soloist.testing.conformance import StoreConformance, StoreFactory
+from soloist.testing.conformance import (
+    LatestOutcomeConformance,
+    StoreConformance,
+    StoreFactory,
+)
 
 
-class TestSQLiteStore(StoreConformance):
+class TestSQLiteStore(StoreConformance, LatestOutcomeConformance):
     @pytest.fixture
     def make_store(self, tmp_path: Path) -> StoreFactory:
         # Absolute path: "sqlite:///" + "/tmp/..." is the four-slash absolute form.

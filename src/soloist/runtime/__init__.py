@@ -1,5 +1,5 @@
-"""The services one instance runs: planner, executor, heartbeater, reaper, elector,
-registrar and, in distributed mode, partitions.
+"""The services one instance runs: planner, executor, heartbeater, reaper, pruner,
+elector, registrar and, in distributed mode, partitions.
 
 :class:`Runtime` wires them to one store and one registry, according to the mode:
 
@@ -35,6 +35,7 @@ from soloist.runtime.health import Health, pool_report, pool_state
 from soloist.runtime.leases import Heartbeater, Reaper
 from soloist.runtime.partitions import Partitions
 from soloist.runtime.planner import Planner
+from soloist.runtime.pruner import Pruner
 from soloist.runtime.recovery import StoreRecovery
 from soloist.runtime.registrar import Registrar
 from soloist.runtime.service import Service, ServiceBundle, log
@@ -106,6 +107,8 @@ class Runtime:
         )
         self.heartbeater = Heartbeater(bundle, self.executor, config.heartbeat)
         self.reaper = Reaper(bundle, store, config.heartbeat, self.executor.wake)
+        # History retention: the leader prunes (one instance at a time, in every mode).
+        self.pruner = Pruner(bundle, store, lambda: self.elector.is_leader)
         self.registrar = Registrar(
             bundle,
             store,
@@ -146,6 +149,7 @@ class Runtime:
             self.registrar,
             self.elector,
             self.reaper,
+            self.pruner,
             self.heartbeater,
             self.executor,
             *partitions,
@@ -242,6 +246,7 @@ class Runtime:
             extra={"action": "stopping", "instance_id": self.config.instance_id},
         )
         await self.stop_planning()
+        await self.pruner.stop()
         await self.elector.resign()
         await self.executor.drain(self.config.grace_period.total_seconds())
         await self.heartbeater.stop()

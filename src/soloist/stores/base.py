@@ -292,6 +292,29 @@ class Store(Protocol):
         started_at the attempt ran with."""
         ...
 
+    async def history_prune(
+        self,
+        before: datetime | None,
+        keep: int | None,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete at most ``limit`` finished occurrences (``finished_at`` set: succeeded,
+        dead, skipped), oldest ``finished_at`` first, with their attempt records: those
+        finished before ``before``, and those beyond the newest ``keep`` finished ones
+        (None: no such bound; both None deletes nothing). Never touches a ``scheduled``,
+        ``running`` or ``failed`` (retry pending) occurrence, nor plan cursors or jobs.
+        A deleted occurrence's dedupe key is free again (an ``enqueue(key=...)`` is
+        idempotent while its occurrence is kept; a plan cursor only moves forward, so
+        planned instants do not come back). SQL stores (and memory) also keep the newest
+        finished occurrence of each job, which status shows as its last outcome. With
+        ``dry_run``, deletes nothing and returns how many it would delete. Returns how
+        many were deleted. Each call is one short atomic step, so that callers prune in
+        batches without holding back claims; deletes are idempotent, any instance may
+        prune."""
+        ...
+
     # -- jobs (code-defined and dynamic schedules) -------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:
         """Register code-defined jobs: insert, or update task/schedule/payload/metadata of

@@ -4,13 +4,45 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import parse_qsl
 
 from soloist.durations import parse_duration
 from soloist.errors import ConfigError
 
-__all__ = ["history_bounds", "mask_url", "query_options", "scrub"]
+__all__ = [
+    "DEFAULT_HISTORY_AGE",
+    "DEFAULT_HISTORY_MAX",
+    "Retention",
+    "history_bounds",
+    "mask_url",
+    "query_options",
+    "scrub",
+]
+
+#: Finished occurrences a SQL store keeps by default (Redis's default too).
+DEFAULT_HISTORY_MAX = 100_000
+#: How long a SQL store keeps finished occurrences by default (Redis's default too).
+DEFAULT_HISTORY_AGE = timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much history a store keeps (its URL's ``history_max`` and ``history_age``): the
+    newest ``history_max`` finished occurrences (0: no count limit), and those finished
+    within ``history_age`` (None: no age limit). A store that has one as its ``retention``
+    attribute is pruned to it by the runtime's pruner
+    (:class:`soloist.runtime.pruner.Pruner`)."""
+
+    history_max: int = DEFAULT_HISTORY_MAX
+    history_age: timedelta | None = DEFAULT_HISTORY_AGE
+
+    @property
+    def bounded(self) -> bool:
+        """Whether anything is ever pruned."""
+        return self.history_max > 0 or self.history_age is not None
+
 
 _PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 

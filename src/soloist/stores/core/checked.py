@@ -69,6 +69,7 @@ from soloist.stores.core.checks import (
     check_tasks,
     positive_ttl,
 )
+from soloist.stores.urls import Retention
 
 __all__ = ["MAX_DELAY", "CheckedStore", "checked"]
 
@@ -267,6 +268,28 @@ class CheckedStore:
 
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
         return await self.driver.occurrence_attempts(occurrence_id)
+
+    @property
+    def retention(self) -> Retention | None:
+        """The history bounds the store's URL sets (``history_max``, ``history_age``), to
+        which the runtime prunes it; None for a store without any (memory)."""
+        found = getattr(self.driver, "retention", None)
+        return found if isinstance(found, Retention) else None
+
+    async def history_prune(
+        self,
+        before: datetime | None,
+        keep: int | None,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
+            raise ConfigError(f"invalid keep {keep!r}: expected a whole number >= 0 or None")
+        moment = aware_utc(before, "before") if before is not None else None
+        if check_limit(limit) <= 0 or (moment is None and keep is None):
+            return 0
+        return await self.driver.history_prune(moment, keep, limit, dry_run=bool(dry_run))
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:

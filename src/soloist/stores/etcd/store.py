@@ -55,6 +55,7 @@ from soloist.stores.etcd.ops import (
 )
 from soloist.stores.etcd.url import parse_url
 from soloist.stores.existing import schema_problem
+from soloist.stores.urls import Retention
 
 __all__ = ["SCHEMA_VERSION", "EtcdStore"]
 
@@ -103,6 +104,9 @@ class EtcdStore:
     ) -> None:
         self.url = url
         self.target = parse_url(url)
+        #: The history bounds (also kept after every finishing write); the pruner calls
+        #: :meth:`history_prune` with them too, so that an idle store is trimmed by age.
+        self.retention = Retention(self.target.history_max, self.target.history_age)
         self._base = self.target.base
         self._clock = clock
         self._server = ServerClock(self.target)
@@ -800,21 +804,36 @@ class EtcdStore:
         finished before ``history_age``, with their attempts, index entries and dedupe keys,
         at most :data:`TRIM_BATCH` per call. Returns how many were deleted."""
         now = await self._now(now)
+        age = self.target.history_age
+        before = now - age if age is not None else None
+        return await self.history_prune(before, self.target.history_max or None, TRIM_BATCH)
+
+    async def history_prune(
+        self,
+        before: datetime | None,
+        keep: int | None,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        """See the protocol; :meth:`trim_history` with the bounds given."""
         start, end = self._prefix("h")
         victims: list[Any] = []
-        if self.target.history_age is not None:
-            old_end = start + codec.sort_key(now - self.target.history_age)
-            victims += await self._range(start, old_end, limit=TRIM_BATCH)
-        if self.target.history_max and len(victims) < TRIM_BATCH:
+        if before is not None:
+            victims += await self._range(start, start + codec.sort_key(before), limit=limit)
+        if keep is not None and len(victims) < limit:
             with self._conns.translated():
                 total = int((await self._conns.range(start, end, count_only=True)).count)
-            over = total - len(victims) - self.target.history_max
+            over = total - len(victims) - keep
             if over > 0:
-                oldest = await self._range(start, end, limit=min(TRIM_BATCH, over + len(victims)))
+                oldest = await self._range(start, end, limit=min(limit, over + len(victims)))
                 seen = {bytes(kv.key) for kv in victims}
                 victims += [kv for kv in oldest if bytes(kv.key) not in seen]
+        victims = victims[:limit]
+        if dry_run:
+            return len(victims)
         units = []
-        for kv in victims[:TRIM_BATCH]:
+        for kv in victims:
             occ_id = bytes(kv.key).rsplit(b"\0", 1)[1].decode()
             dedupe, list_key = json.loads(kv.value)
             attempts_start, attempts_end = self._prefix("a", occ_id)

@@ -450,6 +450,48 @@ class MemoryStore:
                     due += 1
         return OccurrenceCounts(by_job_state=counts, due=due)
 
+    async def history_prune(
+        self,
+        before: datetime | None,
+        keep: int | None,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        with self._lock:
+            done = sorted(
+                (r for r in self._rows.values() if r.occ.finished_at is not None),
+                key=lambda r: (r.occ.finished_at, r.seq),
+            )
+            # The newest finished occurrence of each job stays (its last outcome).
+            latest: dict[str, datetime] = {}
+            for row in done:
+                assert row.occ.finished_at is not None
+                latest[row.occ.job] = row.occ.finished_at
+            over = len(done) - keep if keep is not None else 0
+            doomed = [
+                row
+                for rank, row in enumerate(done)
+                if row.occ.state not in (State.SCHEDULED, State.RUNNING, State.FAILED)
+                and (
+                    rank < over
+                    or (
+                        before is not None
+                        and row.occ.finished_at is not None
+                        and row.occ.finished_at < before
+                    )
+                )
+                and row.occ.finished_at != latest[row.occ.job]
+            ][:limit]
+            if dry_run:
+                return len(doomed)
+            for row in doomed:
+                del self._rows[row.occ.id]
+                if self._by_key.get(row.occ.dedupe_key) == row.occ.id:
+                    del self._by_key[row.occ.dedupe_key]
+                self._attempts.pop(row.occ.id, None)
+            return len(doomed)
+
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:
         now = self._clock.now()

@@ -206,6 +206,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # 7: history retention (soloist.stores.postgres.history). Partial indexes of the
+        # finished rows only: claims, renewals and releases (no finish time) add no entry
+        # to them, and a renewal stays a HOT update. By finish time, for the oldest-first
+        # walk of the pruner; by job and finish time, for keeping each job's newest
+        # finished row. Built inside the migration's transaction, which holds writes back
+        # while it reads the table once.
+        "CREATE INDEX occurrences_finished ON {schema}.occurrences (finished_at) "
+        "WHERE finished_at IS NOT NULL",
+        "CREATE INDEX occurrences_job_finished ON {schema}.occurrences (job, finished_at) "
+        "WHERE finished_at IS NOT NULL",
+    ),
+    (
+        # 8: cancellation. Whether someone asked to cancel the occurrence: a running row's
+        # runner learns it from its lease renewals. A constant default adds the column
+        # without rewriting the table; rows already there get false.
+        "ALTER TABLE {schema}.occurrences "
+        "ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false",
+    ),
 )
 
 #: Cursors filled per statement by :func:`_index_old_cursors`.

@@ -41,6 +41,7 @@ from soloist.stores.postgres.connections import (
     Connections,
 )
 from soloist.stores.postgres.coordination import Coordination
+from soloist.stores.postgres.history import History
 from soloist.stores.postgres.planning import Planning, step_rounds
 from soloist.stores.postgres.queries import Queries
 from soloist.stores.postgres.url import parse_url
@@ -81,10 +82,13 @@ class PostgresStore:
         self.url = url
         self.target = parse_url(url, schema)
         self.schema = self.target.schema
+        #: The history bounds the pruner keeps (:class:`soloist.runtime.pruner.Pruner`).
+        self.retention = self.target.retention
         self._clock = clock
         self._sql = Queries(self.schema)
         self._coord = Coordination(self.schema)
         self._plan = Planning(self.schema)
+        self._history = History(self.schema)
         self._conns = Connections(self.target, deadlines=Deadlines.from_ttl(lease_ttl))
 
     def __repr__(self) -> str:
@@ -396,6 +400,18 @@ class PostgresStore:
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
         rows = await self._rows(self._sql.attempts, {"id": occurrence_id})
         return [codec.attempt(row) for row in rows]
+
+    async def history_prune(
+        self,
+        before: datetime | None,
+        keep: int | None,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        query = self._history.count if dry_run else self._history.prune
+        row = await self._row(query, {"before": before, "keep": keep, "limit": limit})
+        return int(row[0]) if row is not None else 0
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:

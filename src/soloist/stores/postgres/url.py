@@ -12,7 +12,14 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from soloist.errors import ConfigError
-from soloist.stores.urls import mask_url, scrub
+from soloist.stores.urls import (
+    DEFAULT_HISTORY_AGE,
+    DEFAULT_HISTORY_MAX,
+    Retention,
+    history_bounds,
+    mask_url,
+    scrub,
+)
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresTarget", "parse_url", "validate_schema"]
 
@@ -23,6 +30,9 @@ SCHEMES = ("postgresql", "postgres")
 # Lower case only, so the name means the same quoted or not, and at most 55 characters so
 # that the NOTIFY channel ``soloist_<schema>`` fits PostgreSQL's 63-byte identifiers.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,54}")
+#: The URL options that are soloist's own, not libpq's.
+_HISTORY = ("history_max", "history_age")
+_OWN = ("schema", *_HISTORY)
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,8 @@ class PostgresTarget:
     password: str | None = field(default=None, repr=False)
     #: The connection parameters the URL sets (``host``, ``sslmode``, ...).
     given: frozenset[str] = frozenset()
+    #: The history bounds of the URL's ``history_max`` and ``history_age``.
+    retention: Retention = field(default_factory=Retention)
 
     @property
     def channel(self) -> str:
@@ -62,9 +74,12 @@ def parse_url(url: str, schema: str | None = None) -> PostgresTarget:
     """Read ``postgresql://user:password@host:port/db?schema=app&...`` (or ``postgres://``).
 
     The ``schema`` query parameter (or the ``schema`` argument; both given must agree) names
-    the PostgreSQL schema of the app, default :data:`DEFAULT_SCHEMA`. Every other parameter
-    goes to libpq unchanged and is checked by it. Errors are ConfigError quoting the URL
-    with its password masked."""
+    the PostgreSQL schema of the app, default :data:`DEFAULT_SCHEMA`. ``history_max``
+    (finished occurrences kept, default 100000, 0: no count limit) and ``history_age``
+    (how long they are kept, default ``30d``, ``0``: no age limit) bound the history (see
+    :class:`~soloist.stores.urls.Retention`). Every other parameter goes to libpq
+    unchanged and is checked by it. Errors are ConfigError quoting the URL with its
+    password masked."""
     scheme, sep, rest = url.partition("://")
     if scheme not in SCHEMES or not sep:
         raise ConfigError(
@@ -83,8 +98,9 @@ def parse_url(url: str, schema: str | None = None) -> PostgresTarget:
     if schema is None:
         schema = named[0] if named else DEFAULT_SCHEMA
     chosen = validate_schema(schema)
+    retention = _retention(params, mask_url(url))
     # quote (not quote_plus): libpq decodes %20 but keeps '+' as it is.
-    others = urlencode([(k, v) for k, v in params if k != "schema"], quote_via=quote)
+    others = urlencode([(k, v) for k, v in params if k not in _OWN], quote_via=quote)
     conninfo = f"{scheme}://{base}" + (f"?{others}" if others else "")
     try:
         info = conninfo_to_dict(conninfo)
@@ -97,7 +113,23 @@ def parse_url(url: str, schema: str | None = None) -> PostgresTarget:
         display=_display(info, chosen),
         password=str(password) if password else None,
         given=frozenset(info),
+        retention=retention,
     )
+
+
+def _retention(params: list[tuple[str, str]], shown: str) -> Retention:
+    """The history bounds of the URL's ``history_max`` and ``history_age`` (each at most
+    once), soloist's options that libpq does not see."""
+    options: dict[str, str] = {}
+    for key, value in params:
+        if key in _HISTORY:
+            if key in options:
+                raise ConfigError(f"option {key!r} is given twice in store URL {shown!r}")
+            options[key] = value
+    history_max, history_age = history_bounds(
+        options, shown, "PostgreSQL", DEFAULT_HISTORY_MAX, DEFAULT_HISTORY_AGE
+    )
+    return Retention(history_max, history_age)
 
 
 def _display(info: Mapping[str, object], schema: str) -> str:

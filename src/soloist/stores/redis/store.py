@@ -34,6 +34,7 @@ from soloist.stores.redis import codec
 from soloist.stores.redis.connections import Connections
 from soloist.stores.redis.upgrade import upgrade_cursors
 from soloist.stores.redis.url import parse_url
+from soloist.stores.urls import Retention
 
 __all__ = ["SCHEMA_VERSION", "RedisStore"]
 
@@ -76,6 +77,9 @@ class RedisStore:
         hmax = self.target.history_max
         age = self.target.history_age
         self._common = [self.target.base, "", str(hmax), str(age // _US if age else 0)]
+        #: The history bounds (also kept by every finishing script); the pruner calls
+        #: :meth:`history_prune` with them too, so that an idle store is trimmed by age.
+        self.retention = Retention(hmax, age)
         #: The identity ``{prefix}:identity`` had when this store last set it up
         #: (:meth:`migrate`); None before. Heartbeats and leader elections check it.
         self.identity: str | None = None
@@ -377,6 +381,24 @@ class RedisStore:
         with self._conns.translated():
             texts = await self._client().lrange(self._key("a", occurrence_id), 0, -1)
         return [codec.attempt(occurrence_id, text) for text in texts]
+
+    async def history_prune(
+        self,
+        before: datetime | None,
+        keep: int | None,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        """See the protocol; the same trimming as every finishing script's (by the URL's
+        bounds), with the bounds given (``lua/prune.lua``)."""
+        args = [
+            codec.us_text(before) if before is not None else "",
+            str(keep) if keep is not None else "",
+            str(limit),
+            "1" if dry_run else "0",
+        ]
+        return int(await self._run("prune", self._at(None), args))
 
     # -- jobs -------------------------------------------------------------------------------
     async def job_upsert(self, records: Sequence[JobRecord]) -> None:

@@ -173,6 +173,21 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
         )
         """,
     ),
+    (
+        # 6: cancellation. Whether someone asked to cancel the occurrence (0/1): a running
+        # row's runner learns it from its lease renewals. Rows already there get 0.
+        "ALTER TABLE occurrences ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0",
+    ),
+    (
+        # 7: history retention (soloist.stores.sqlite.history). Partial indexes of the
+        # finished rows only: claims, renewals and releases (no finish time) never touch
+        # them. By finish time, for the oldest-first walk; by job and finish time, for
+        # keeping each job's newest finished row. Creating them reads the table once.
+        "CREATE INDEX occurrences_finished ON occurrences (finished_at) "
+        "WHERE finished_at IS NOT NULL",
+        "CREATE INDEX occurrences_job_finished ON occurrences (job, finished_at) "
+        "WHERE finished_at IS NOT NULL",
+    ),
 )
 
 _VERSION_TABLE = """

@@ -34,11 +34,29 @@ from soloist.models import (
 from soloist.stores._values import new_ids, result_json
 from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
-from soloist.stores.sqlite import codec, coordination, existing, migrations, ops, planning
+from soloist.stores.sqlite import (
+    codec,
+    coordination,
+    existing,
+    history,
+    migrations,
+    ops,
+    planning,
+)
+from soloist.stores.urls import (
+    DEFAULT_HISTORY_AGE,
+    DEFAULT_HISTORY_MAX,
+    Retention,
+    history_bounds,
+    query_options,
+)
 
 __all__ = ["SQLiteStore", "sqlite_path"]
 
 T = TypeVar("T")
+
+#: The options a SQLite store URL may have.
+_OPTIONS = ("history_max", "history_age")
 
 #: How long a writer waits for another process's write lock before failing, at most (a
 #: store opened with a lease TTL waits half of it: see soloist.stores.deadlines).
@@ -47,13 +65,14 @@ BUSY_TIMEOUT_S = 10.0
 
 def sqlite_path(url: str) -> str:
     """The file path of a SQLite URL, read as SQLAlchemy does: ``sqlite:///rel.db`` is the
-    relative path ``rel.db``, ``sqlite:////tmp/x.db`` the absolute path ``/tmp/x.db``."""
+    relative path ``rel.db``, ``sqlite:////tmp/x.db`` the absolute path ``/tmp/x.db``.
+    The options (``?history_max=...&history_age=...``, see :func:`sqlite_retention`) are
+    checked, not part of the path."""
     scheme, sep, rest = url.partition("://")
     if scheme != "sqlite" or not sep:
         raise ConfigError(f"invalid SQLite store URL {url!r}: expected 'sqlite:///path.db'")
-    rest, _, query = rest.partition("?")
-    if query:
-        raise ConfigError(f"unsupported options {query!r} in SQLite store URL {url!r}")
+    rest, _, _query = rest.partition("?")
+    sqlite_retention(url)
     if not rest.startswith("/"):
         raise ConfigError(
             f"invalid SQLite store URL {url!r}: expected 'sqlite:///relative/path.db' or "
@@ -62,6 +81,18 @@ def sqlite_path(url: str) -> str:
     if not rest[1:]:
         raise ConfigError(f"invalid SQLite store URL {url!r}: the database path is empty")
     return rest[1:]
+
+
+def sqlite_retention(url: str) -> Retention:
+    """The history bounds of a SQLite URL's options: ``history_max`` (finished occurrences
+    kept, default 100000, 0: no count limit) and ``history_age`` (how long they are kept,
+    default ``30d``, ``0``: no age limit); any other option is refused, naming it."""
+    query = url.partition("?")[2]
+    options = query_options(query, _OPTIONS, url, "SQLite")
+    history_max, history_age = history_bounds(
+        options, url, "SQLite", DEFAULT_HISTORY_MAX, DEFAULT_HISTORY_AGE
+    )
+    return Retention(history_max, history_age)
 
 
 class SQLiteStore:
@@ -86,6 +117,8 @@ class SQLiteStore:
     ) -> None:
         self.url = url
         self.path = sqlite_path(url)
+        #: The history bounds the pruner keeps (:class:`soloist.runtime.pruner.Pruner`).
+        self.retention = sqlite_retention(url)
         self.busy_timeout = min(BUSY_TIMEOUT_S, Deadlines.from_ttl(lease_ttl).busy)
         self._clock: Clock = clock or SystemClock()
         # One thread owns the connection: sqlite3 objects must stay on the thread that made
@@ -310,6 +343,17 @@ class SQLiteStore:
 
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
         return await self._run(lambda c: ops.occurrence_attempts(c, occurrence_id))
+
+    async def history_prune(
+        self,
+        before: datetime | None,
+        keep: int | None,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        cut = to_epoch_us(before) if before is not None else None
+        return await self._run(lambda c: history.history_prune(c, cut, keep, limit, dry_run))
 
     async def occurrence_get(self, occurrence_id: str) -> Occurrence | None:
         return await self._run(lambda c: ops.occurrence_get(c, occurrence_id))

@@ -40,6 +40,7 @@ from soloist.testing.conformance.checks import CheckConformance
 from soloist.testing.conformance.claims import ClaimConformance, work_wait
 from soloist.testing.conformance.counts import CountConformance
 from soloist.testing.conformance.election import ElectionConformance
+from soloist.testing.conformance.history import HistoryConformance, LatestOutcomeConformance
 from soloist.testing.conformance.instances import InstanceConformance, instance_info
 from soloist.testing.conformance.jobs import JobConformance
 from soloist.testing.conformance.leases import LeaseConformance
@@ -49,6 +50,7 @@ from soloist.testing.conformance.planning import PlanningConformance
 __all__ = [
     "T0",
     "TTL",
+    "LatestOutcomeConformance",
     "StoreConformance",
     "StoreFactory",
     "at",
@@ -65,6 +67,7 @@ class StoreConformance(
     LeaseConformance,
     AttemptConformance,
     CountConformance,
+    HistoryConformance,
     JobConformance,
     PlanningConformance,
     BackfillConformance,
