@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, overload
 
-from soloist import logs
+from soloist import logs, tracing
 from soloist.bridge import StoreBridge, sync_twin
 from soloist.clock import Clock, SystemClock
 from soloist.config import Config
@@ -121,6 +121,8 @@ class Scheduler:
         self._on_demoted: list[LeadershipCallback] = []
         self._stop_requested: asyncio.Event | None = None
         self._handler_wrappers: list[Callable[[Handler], Handler]] = []
+        #: Whether to make OpenTelemetry spans: decided once, at the first enqueue or start.
+        self._traced: bool | None = None
 
     # -- definitions --------------------------------------------------------------------------
     def job(
@@ -285,7 +287,18 @@ class Scheduler:
         ``key`` was used before). ``payload``: a dict of JSON values (none: ``{}``), the
         handler's keyword arguments; its keys never mix with ``delay``, ``at`` and ``key``.
         A payload that is not a dict of JSON values raises PayloadError naming it."""
-        occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key)
+        if not self._tracing():
+            occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key)
+            return occ.id
+        with tracing.enqueue_span(
+            task if isinstance(task, str) else getattr(task, "__name__", "")
+        ) as traced:
+            span, context = traced
+            occ = await self.ops.enqueue(task, payload, delay=delay, at=at, key=key, trace=context)
+            span.update_name(f"send {occ.task}")
+            span.set_attributes(
+                {"messaging.destination.name": occ.task, "messaging.message.id": occ.id}
+            )
         return occ.id
 
     enqueue = sync_twin(aenqueue)
@@ -468,6 +481,8 @@ class Scheduler:
         self._bridge.loop = asyncio.get_running_loop()
         if not workers:
             return
+        if self._tracing():
+            self.wrap_handlers(tracing.traced_handler)  # each run in a span (soloist[otel])
         if self.config.http is not None and self._http is None:
             # Bound before any work is claimed: a taken port fails the start at once.
             endpoint = HttpEndpoint(self._control, *self.config.http)
@@ -555,6 +570,13 @@ class Scheduler:
         self._bridge.close()
 
     # -- plumbing -----------------------------------------------------------------------------
+    def _tracing(self) -> bool:
+        """Whether to make OpenTelemetry spans (soloist[otel] installed and a tracer
+        provider set), checked once: a Scheduler without them pays nothing more."""
+        if self._traced is None:
+            self._traced = tracing.enabled()
+        return self._traced
+
     def _wake(self) -> None:
         if self._runtime is not None:
             self._runtime.wake()
