@@ -38,6 +38,7 @@ from soloist.registry import (
     TaskDef,
     build_task,
 )
+from soloist.retry import ExceptionFilter
 from soloist.runtime import Runtime
 from soloist.runtime.elector import LeadershipCallback
 from soloist.runtime.health import Health
@@ -140,8 +141,8 @@ class Scheduler:
         overlap: str | None = None,
         scopes: ScopeProvider | None = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        no_retry_on: tuple[type[BaseException], ...] | None = None,
+        retry_on: ExceptionFilter | None = None,
+        no_retry_on: ExceptionFilter | None = None,
         misfire_grace: object = None,
     ) -> Callable[[F], F]:
         """Decorate ``fn(ctx)`` to run on ``schedule`` once per planned instant (and scope).
@@ -203,8 +204,8 @@ class Scheduler:
         backoff_cap: object = "10m",
         timeout: object = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        no_retry_on: tuple[type[BaseException], ...] | None = None,
+        retry_on: ExceptionFilter | None = None,
+        no_retry_on: ExceptionFilter | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -219,8 +220,8 @@ class Scheduler:
         backoff_cap: object = "10m",
         timeout: object = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        no_retry_on: tuple[type[BaseException], ...] | None = None,
+        retry_on: ExceptionFilter | None = None,
+        no_retry_on: ExceptionFilter | None = None,
     ) -> F | Callable[[F], F]:
         """Decorate ``fn(ctx, **payload)`` as a task that ``enqueue`` can queue.
 
