@@ -11,6 +11,7 @@ from typing import Any
 from soloist.clock import Clock
 from soloist.errors import DuplicateJobError, StoreDataLostError, StoreError
 from soloist.models import (
+    CANCELLED_MESSAGE,
     Attempt,
     Claimed,
     DueBatch,
@@ -24,6 +25,7 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
+    Renewed,
     State,
     stream_slot,
 )
@@ -108,11 +110,12 @@ class RedisStore:
         return ":".join((self.target.base, *parts))
 
     # -- life cycle -------------------------------------------------------------------------
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[int]:
         """Redis has no schema; this checks the server and the key layout version (stored
         at ``{prefix}:schema``, refused if newer than this code's, upgraded if older: see
         :func:`~soloist.stores.redis.upgrade.upgrade_cursors`), writes the store's
-        identity unless it exists (see :meth:`_identify`) and loads the scripts."""
+        identity unless it exists (see :meth:`_identify`) and loads the scripts. Applied:
+        the layout versions up to this code's, from none for a new prefix."""
         with self._conns.translated():
             client = self._client()
             info = await client.info("server")
@@ -123,8 +126,8 @@ class RedisStore:
                     "soloist needs Redis 5.0 or newer (scripts replicated by effects)"
                 )
             key = self._key("schema")
-            await client.set(key, SCHEMA_VERSION, nx=True)
-            stored = int(await client.get(key) or 0)
+            created = await client.set(key, SCHEMA_VERSION, nx=True)
+            stored = 0 if created else int(await client.get(key) or 0)
             if stored > SCHEMA_VERSION:
                 raise StoreError(
                     f"Redis store {self.target.display} has key layout version {stored}, "
@@ -132,9 +135,10 @@ class RedisStore:
                 )
             await self._identify(client)
             await self._conns.load_scripts()
-            if stored < SCHEMA_VERSION:
+            if 0 < stored < SCHEMA_VERSION:
                 await upgrade_cursors(client, self.target.base, self._upgrade)
                 await client.set(key, SCHEMA_VERSION)
+            return list(range(stored + 1, SCHEMA_VERSION + 1))
 
     async def _upgrade(self, args: list[object]) -> int:
         """plan.lua's 'upgrade' of one batch of cursors (see :func:`upgrade_cursors`)."""
@@ -327,9 +331,25 @@ class RedisStore:
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> set[str]:
+    ) -> Renewed:
         ttl = lease_ttl // _US
-        return await self._runner("renew", instance_id, now, [ttl, *_pairs(claims)])
+        args = ["renew", instance_id, ttl, *_pairs(claims)]
+        ids: list[str] = await self._run("runner", self._at(now), args)
+        # A renewed id whose cancellation was requested comes as '!' + id.
+        return Renewed(
+            [i[1:] if i[:1] == "!" else i for i in ids], [i[1:] for i in ids if i[:1] == "!"]
+        )
+
+    async def occurrence_cancel(
+        self, occurrence_id: str, now: datetime | None = None
+    ) -> tuple[Occurrence, bool] | None:
+        args = ["cancel", "", occurrence_id, CANCELLED_MESSAGE]
+        reply = await self._run("runner", self._at(now), args)
+        if not reply:
+            return None
+        changed, text = reply
+        (occ,) = codec.occurrences(text)
+        return occ, bool(int(changed))
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
