@@ -52,7 +52,7 @@ class Signup(BaseModel):
 
 @api.post("/signup")
 async def signup(body: Signup) -> dict[str, str]:
-    occurrence = await app.aenqueue(send_welcome, to=body.email)
+    occurrence = await app.aenqueue(send_welcome, {"to": body.email})
     return {"occurrence": occurrence}
 
 

@@ -146,7 +146,7 @@ class Cluster:
     def enqueue(self, app: str, task: str, **payload: Any) -> str:
         """Queue ``task`` with the CLI; return the occurrence id."""
         out = self.soloist(
-            "enqueue", task, "--app", f"{APPS / app}:app", "--json", json.dumps(payload)
+            "enqueue", task, "--app", f"{APPS / app}:app", "--payload", json.dumps(payload)
         )
         return out.strip().rsplit(" ", 1)[-1]
 

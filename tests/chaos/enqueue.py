@@ -48,7 +48,7 @@ def _enqueue(app: Scheduler, batch: list[list[Any]], delay: str | None) -> None:
         deadline = time.monotonic() + RETRY_FOR
         while True:
             try:
-                app.enqueue(task, key=f"chaos-{payload['n']}", delay=delay, **payload)
+                app.enqueue(task, payload, key=f"chaos-{payload['n']}", delay=delay)
                 break
             except StoreError:
                 if time.monotonic() > deadline:

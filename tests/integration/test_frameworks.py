@@ -207,11 +207,11 @@ def web_app(scheduler: Scheduler, **options: Any) -> FastAPI:
 
     @api.post("/async")
     async def enqueue_async(name: str) -> dict[str, str]:
-        return {"occurrence": await scheduler.aenqueue("greet", name=name)}
+        return {"occurrence": await scheduler.aenqueue("greet", {"name": name})}
 
     @api.post("/sync")
     def enqueue_sync(name: str) -> dict[str, str]:  # FastAPI runs it in a worker thread
-        return {"occurrence": scheduler.enqueue("greet", name=name)}
+        return {"occurrence": scheduler.enqueue("greet", {"name": name})}
 
     return api
 
@@ -271,7 +271,7 @@ def test_lifespan_wraps_the_users_own_lifespan_and_passes_its_state(tmp_path: Pa
     @asynccontextmanager
     async def mine(app: FastAPI) -> AsyncIterator[dict[str, str]]:
         events.append(f"startup, runtime started: {scheduler.runtime is not None}")
-        await scheduler.aenqueue("greet", name="at startup")
+        await scheduler.aenqueue("greet", {"name": "at startup"})
         yield {"greeting": "hi"}
         events.append(f"shutdown, runtime still there: {scheduler.runtime is not None}")
 
@@ -553,10 +553,10 @@ def test_wrap_handlers_wraps_each_handler_once_and_keeps_it_findable(tmp_path: P
         return word.upper()
 
     with pytest.raises(PayloadError, match="shout"):
-        scheduler.enqueue(shout, words="hi")
+        scheduler.enqueue(shout, {"words": "hi"})
     with TestClient(FastAPI(lifespan=lifespan(scheduler))):
-        scheduler.enqueue(shout, word="hi")
-        scheduler.enqueue("greet", name="ada")
+        scheduler.enqueue(shout, {"word": "hi"})
+        scheduler.enqueue("greet", {"name": "ada"})
         wait_until(lambda: len(scheduler.history(state="succeeded")) == 2, "both tasks", DEADLINE_S)
     assert sorted(calls) == ["greet", "shout"]
     with pytest.raises(ConfigError, match="invalid wrapper 42"):

@@ -62,7 +62,7 @@ class Harness:
 
     async def run_quick(self, n: int) -> None:
         """Enqueue ``quick(n)`` and wait until it ran (it needs a free worker thread)."""
-        await self.app.aenqueue("quick", n=n)
+        await self.app.aenqueue("quick", {"n": n})
 
         async def probe() -> bool:
             return n in self.ran

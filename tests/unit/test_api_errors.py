@@ -197,51 +197,73 @@ def schedule_add(value: object, error: type[SoloistError] = ConfigError, **chang
 
 BAD_CALLS = {
     "enqueue-unknown-task": BadCall(
-        "enqueue", ("no_such_task",), "no_such_task", UnknownTaskError, {"to": "x"}
+        "enqueue", ("no_such_task",), "no_such_task", UnknownTaskError, {"payload": {"to": "x"}}
     ),
     "enqueue-undecorated-function": BadCall(
         "enqueue", (undecorated,), "undecorated", UnknownTaskError
     ),
-    "enqueue-set-payload": BadCall("enqueue", ("hello",), {3}, PayloadError, {"to": {3}}),
-    "enqueue-object-payload": BadCall("enqueue", ("hello",), OBJ, PayloadError, {"to": OBJ}),
-    "enqueue-nan-payload": BadCall(
-        "enqueue", ("hello",), "nan", PayloadError, {"to": float("nan")}
+    "enqueue-set-payload": BadCall(
+        "enqueue", ("hello",), {3}, PayloadError, {"payload": {"to": {3}}}
     ),
-    "enqueue-missing-argument": BadCall("enqueue", ("hello",), "too", PayloadError, {"too": "x"}),
+    "enqueue-object-payload": BadCall(
+        "enqueue", ("hello",), OBJ, PayloadError, {"payload": {"to": OBJ}}
+    ),
+    "enqueue-nan-payload": BadCall(
+        "enqueue", ("hello",), "nan", PayloadError, {"payload": {"to": float("nan")}}
+    ),
+    "enqueue-missing-argument": BadCall(
+        "enqueue", ("hello",), "too", PayloadError, {"payload": {"too": "x"}}
+    ),
     "enqueue-unexpected-argument": BadCall(
-        "enqueue", ("hello",), "cc", PayloadError, {"to": "x", "cc": "y"}
+        "enqueue", ("hello",), "cc", PayloadError, {"payload": {"to": "x", "cc": "y"}}
     ),
     "enqueue-delay-and-at": BadCall(
         "enqueue",
         ("hello",),
         "9 minutes",
         ConfigError,
-        {"to": "x", "delay": "9 minutes", "at": AWARE},
+        {"payload": {"to": "x"}, "delay": "9 minutes", "at": AWARE},
     ),
     "enqueue-at-and-delay": BadCall(
-        "enqueue", ("hello",), AWARE, ConfigError, {"to": "x", "delay": "9m", "at": AWARE}
+        "enqueue",
+        ("hello",),
+        AWARE,
+        ConfigError,
+        {"payload": {"to": "x"}, "delay": "9m", "at": AWARE},
     ),
     "enqueue-bad-delay": BadCall(
-        "enqueue", ("hello",), "5 parsecs", ConfigError, {"to": "x", "delay": "5 parsecs"}
+        "enqueue",
+        ("hello",),
+        "5 parsecs",
+        ConfigError,
+        {"payload": {"to": "x"}, "delay": "5 parsecs"},
     ),
     "enqueue-bad-at": BadCall(
         "enqueue",
         ("hello",),
         "2030-02-30T09:00:00Z",
         ConfigError,
-        {"to": "x", "at": "2030-02-30T09:00:00Z"},
+        {"payload": {"to": "x"}, "at": "2030-02-30T09:00:00Z"},
     ),
     "enqueue-naive-at": BadCall(
         "enqueue",
         ("hello",),
         datetime(2030, 1, 1, 9),
         ConfigError,
-        {"to": "x", "at": datetime(2030, 1, 1, 9)},
+        {"payload": {"to": "x"}, "at": datetime(2030, 1, 1, 9)},
     ),
     "enqueue-at-number": BadCall(
-        "enqueue", ("hello",), "12345", ConfigError, {"to": "x", "at": 12345}
+        "enqueue", ("hello",), "12345", ConfigError, {"payload": {"to": "x"}, "at": 12345}
     ),
-    "enqueue-empty-key": BadCall("enqueue", ("hello",), "''", ConfigError, {"to": "x", "key": ""}),
+    "enqueue-payload-a-list": BadCall(
+        "enqueue", ("hello",), "['a@b.c']", PayloadError, {"payload": ["a@b.c"]}
+    ),
+    "enqueue-payload-a-json-string": BadCall(
+        "enqueue", ("hello",), """'{"to": "a@b.c"}'""", PayloadError, {"payload": '{"to": "a@b.c"}'}
+    ),
+    "enqueue-empty-key": BadCall(
+        "enqueue", ("hello",), "''", ConfigError, {"payload": {"to": "x"}, "key": ""}
+    ),
     "pause-unknown-job": BadCall("pause", ("no_such_job",), "no_such_job", UnknownJobError),
     "resume-unknown-job": BadCall("resume", ("no_such_job",), "no_such_job", UnknownJobError),
     "trigger-unknown-job": BadCall("trigger", ("no_such_job",), "no_such_job", UnknownJobError),
@@ -339,7 +361,7 @@ def test_accepted_calls_are_stored() -> None:
     """Sync calls on one memory:// app share its store: history() shows what enqueue stored."""
     app = Scheduler("memory://")
     app.task(hello)
-    occurrence_id = app.enqueue("hello", to="a@b.c")
+    occurrence_id = app.enqueue("hello", {"to": "a@b.c"})
     app.schedules.add("report-42", task="hello", schedule=SCHED, payload={"to": "a@b.c"})
     assert [o.id for o in app.history()] == [occurrence_id]
     assert [r.name for r in app.schedules.list()] == ["report-42"]
@@ -352,7 +374,7 @@ def test_accepted_calls_are_stored_through_async_twins() -> None:
 
     async def go() -> None:
         try:
-            occurrence_id = await app.aenqueue("hello", to="a@b.c")
+            occurrence_id = await app.aenqueue("hello", payload={"to": "a@b.c"})
             await app.schedules.aadd(
                 "report-42", task="hello", schedule=SCHED, payload={"to": "a@b.c"}
             )

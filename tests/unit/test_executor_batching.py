@@ -311,7 +311,7 @@ async def test_sync_handlers_hand_their_results_back_in_bursts(
 
     runtime = await started(app)
     late = await app.aenqueue(slow)
-    ids = {await app.aenqueue(double, n=n): n for n in range(40)}
+    ids = {await app.aenqueue(double, {"n": n}): n for n in range(40)}
     await runtime.executor.tick()
     await asyncio.wait_for(slow_started.wait(), 5)
     await settle(runtime)

@@ -41,7 +41,7 @@ def test_sync_enqueues_from_many_threads_share_one_open_store(
     app, opened = make_app(tmp_path, monkeypatch)
     try:
         with ThreadPoolExecutor(8) as pool:
-            ids = list(pool.map(lambda n: app.enqueue("greet", name=f"n{n}"), range(80)))
+            ids = list(pool.map(lambda n: app.enqueue("greet", {"name": f"n{n}"}), range(80)))
         assert len(set(ids)) == 80
         assert len(app.history("greet", limit=1000)) == 80
         assert len(opened) == 1
@@ -57,10 +57,10 @@ def test_close_is_safe_twice_and_sync_calls_work_after_it(
     """``close()`` closes the portal's store; calling it again is harmless, and a later sync
     call opens a new portal and store."""
     app, opened = make_app(tmp_path, monkeypatch)
-    app.enqueue("greet", name="a")
+    app.enqueue("greet", {"name": "a"})
     app.close()
     app.close()
-    app.enqueue("greet", name="b")
+    app.enqueue("greet", {"name": "b"})
     try:
         assert len(app.history("greet")) == 2
         assert len(opened) == 2
@@ -75,12 +75,12 @@ def test_a_forked_child_gets_a_portal_of_its_own(
     """A pre-forking server: the parent used sync calls before the fork; the child's sync
     calls still work (the parent's portal thread does not exist in the child)."""
     app, _ = make_app(tmp_path, monkeypatch)
-    app.enqueue("greet", name="parent")
+    app.enqueue("greet", {"name": "parent"})
     pid = os.fork()
     if pid == 0:  # the child: report through the exit status only
         code = 1
         try:
-            app.enqueue("greet", name="child")
+            app.enqueue("greet", {"name": "child"})
             code = 0
         finally:
             os._exit(code)

@@ -18,7 +18,7 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 
 async def dead_occurrence(app: Scheduler, store: MemoryStore) -> str:
     """Enqueue ``send`` with a payload and let its one attempt die."""
-    occ_id = await app.aenqueue("send", to="a@b.c")
+    occ_id = await app.aenqueue("send", {"to": "a@b.c"})
     (claimed,) = await store.occurrence_claim("w", ["send"], 1, timedelta(seconds=30))
     outcome = Outcome(claimed.id, claimed.fencing_token, State.DEAD, ErrorCode.HANDLER_ERROR.value)
     assert await store.occurrence_complete("w", [outcome]) == {claimed.id}
@@ -49,7 +49,7 @@ async def test_retry_of_a_live_or_unknown_occurrence_is_refused() -> None:
     """Only dead occurrences can be retried; an unknown id names itself."""
     app = Scheduler("memory://")
     app.task(name="send")(lambda ctx, to: None)
-    scheduled = await app.aenqueue("send", to="x")
+    scheduled = await app.aenqueue("send", {"to": "x"})
     with pytest.raises(StateConflictError, match="is scheduled: only dead occurrences"):
         await app.aretry(scheduled)
     with pytest.raises(UnknownOccurrenceError, match="'nope'"):

@@ -117,7 +117,7 @@ async def test_executor_runs_and_records_success(clock: FakeClock, store: Memory
         return f"hi {name}"
 
     runtime = await started(app)
-    occ_id = await app.aenqueue("greet", name="ada")
+    occ_id = await app.aenqueue("greet", {"name": "ada"})
     await runtime.executor.tick()
     await settle(runtime)
     occ = await store.occurrence_get(occ_id)

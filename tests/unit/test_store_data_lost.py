@@ -42,12 +42,12 @@ class ForgetfulStore(MemoryStore):
                 f"the store lost its data ({CAUSE})", expected="id-1", found=None
             )
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[int]:
         if self.down:
             raise StoreUnavailableError("connection refused")
         self.migrations += 1
         self.lost = False
-        await super().migrate()
+        return await super().migrate()
 
     async def instance_heartbeat(
         self, info: InstanceInfo, ttl: timedelta, now: datetime | None = None

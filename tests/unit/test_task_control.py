@@ -159,7 +159,7 @@ def test_bad_retry_filters_are_refused_at_definition(
 def test_a_single_exception_class_is_accepted() -> None:
     """retry_on=OSError (one class, not a tuple) means (OSError,)."""
     app = Scheduler("memory://")
-    app.task(name="t", retries=1, retry_on=OSError)(lambda ctx: None)
+    app.task(name="t", retries=1, retry_on=OSError)(lambda ctx: None)  # type: ignore[arg-type]
     policy = app.registry.tasks["t"].retry
     assert policy.retry_on == (OSError,)
     assert policy.refuses(ConnectionError()) is None

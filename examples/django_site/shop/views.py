@@ -15,5 +15,5 @@ def signup(request: HttpRequest) -> JsonResponse:
     email = request.POST.get("email", "")
     if "@" not in email:
         return JsonResponse({"error": f"invalid email {email!r}"}, status=400)
-    occurrence = app.enqueue(send_welcome, to=email)  # the workers run it once
+    occurrence = app.enqueue(send_welcome, {"to": email})  # the workers run it once
     return JsonResponse({"occurrence": occurrence})

@@ -29,7 +29,7 @@ def yearly(ctx):
 
 @app.task(retries=1)
 def greet(ctx, name: str, times: int = 1):
-    """A task with a payload: proves the --json payload reaches the handler."""
+    """A task with a payload: proves the --payload object reaches the handler."""
     return {"greeting": f"hello {name}", "times": times}
 
 

@@ -6,7 +6,7 @@ name your scheduler in the settings::
 Then ``python manage.py soloist run`` runs the workers with Django set up (models, settings,
 logging), and ``python manage.py soloist status`` (``jobs``, ``history``, ``trigger``,
 ``enqueue``...) runs the ``soloist`` command against that scheduler's store. Views enqueue
-with the sync API: ``app.enqueue(send_welcome, to=user.email)``.
+with the sync API: ``app.enqueue(send_welcome, {"to": user.email})``.
 
 Around each run of a handler, ``manage.py soloist run`` closes Django's stale database
 connections (``close_old_connections()``, as around a request): see

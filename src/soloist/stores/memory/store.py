@@ -19,6 +19,7 @@ from soloist.models import (
     Claimed,
     DueBatch,
     DueStream,
+    ErrorCode,
     InstanceInfo,
     JobRecord,
     LeaderLease,
@@ -30,7 +31,6 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
-    Renewed,
     State,
     stream_slot,
 )
@@ -300,33 +300,16 @@ class MemoryStore:
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> Renewed:
+    ) -> set[str]:
         expires = self._now(now) + lease_ttl
-        renewed: list[str] = []
-        cancel: list[str] = []
+        renewed: set[str] = set()
         with self._lock:
             for claim in claims:
                 occ = self._held(instance_id, claim)
                 if occ is not None:
                     self._set(replace(occ, lease_expires_at=expires))
-                    renewed.append(occ.id)
-                    if occ.cancel_requested:
-                        cancel.append(occ.id)
-        return Renewed(renewed, cancel)
-
-    async def occurrence_cancel(
-        self, occurrence_id: str, now: datetime | None = None
-    ) -> tuple[Occurrence, bool] | None:
-        now = self._now(now)
-        with self._lock:
-            row = self._rows.get(occurrence_id)
-            if row is None:
-                return None
-            changed = rows.cancelled(row.occ, now)
-            if changed is None:
-                return rows.out(row.occ), False
-            self._set(changed)
-            return rows.out(changed), True
+                    renewed.add(occ.id)
+        return renewed
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
@@ -339,17 +322,16 @@ class MemoryStore:
                 occ = self._held(instance_id, Claimed(outcome.id, outcome.fencing_token))
                 if occ is None:
                     continue
-                state, code = rows.completed_as(occ, outcome)
-                retry = state == State.FAILED
-                self._log(occ, now, state.value, code, outcome.error_message)
+                retry = outcome.state == State.FAILED
+                self._log(occ, now, outcome.state.value, outcome.error_code, outcome.error_message)
                 self._set(
                     replace(
                         occ,
-                        state=state,
+                        state=outcome.state,
                         due_at=retry_at if retry else occ.due_at,
                         lease_expires_at=None,
                         finished_at=None if retry else now,
-                        error_code=code,
+                        error_code=outcome.error_code,
                         error_message=outcome.error_message,
                         result=result,
                     )
@@ -362,18 +344,23 @@ class MemoryStore:
     ) -> set[str]:
         now = self._now(now)
         released: set[str] = set()
+        message = "lease released before the attempt finished"
         with self._lock:
             for claim in claims:
                 occ = self._held(instance_id, claim)
                 if occ is None:
                     continue
-                back = rows.released(occ)
-                if back.state == State.DEAD:  # its cancellation was requested
-                    back = replace(back, finished_at=now)
-                    self._log(occ, now, State.DEAD.value, back.error_code, back.error_message)
-                else:
-                    self._log(occ, now, RELEASED, back.error_code, back.error_message)
-                self._set(back)
+                self._log(occ, now, RELEASED, ErrorCode.CANCELLED.value, message)
+                self._set(
+                    replace(
+                        occ,
+                        state=State.SCHEDULED if occ.attempt <= 1 else State.FAILED,
+                        attempt=max(0, occ.attempt - 1),
+                        lease_expires_at=None,
+                        error_code=ErrorCode.CANCELLED.value,
+                        error_message=message,
+                    )
+                )
                 released.add(occ.id)
         return released
 

@@ -114,7 +114,6 @@ def occurrence(row: Sequence[Any]) -> Occurrence:
         row[21],
         row[22],
         row[23],
-        row[24],
     )
 
 
@@ -158,7 +157,6 @@ def inserted(
         None,
         0,
         params["max_crashes"],
-        False,
     )
 
 

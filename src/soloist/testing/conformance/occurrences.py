@@ -23,7 +23,14 @@ from soloist.stores.base import Store
 from soloist.stores.core import checked
 from soloist.stores.core.checked import MAX_DELAY
 from soloist.testing.clock import FakeClock
-from soloist.testing.conformance.base import T0, at, claim, insert, new_occurrence
+from soloist.testing.conformance.base import (
+    T0,
+    StoreFactory,
+    at,
+    claim,
+    insert,
+    new_occurrence,
+)
 
 
 class OccurrenceConformance:
@@ -38,6 +45,25 @@ class OccurrenceConformance:
         await insert(store, new_occurrence("k"))
         await store.migrate()
         assert len(await store.occurrence_list()) == 1
+
+    async def test_migrate_returns_the_versions_it_applied(
+        self, make_store: StoreFactory, clock: FakeClock
+    ) -> None:
+        """migrate() on a new store returns the versions it applied, in order (a store
+        with a schema applies some); then, on any handle, none: it is up to date."""
+        store = checked(make_store(clock))
+        try:
+            first = await store.migrate()
+            assert first == sorted(set(first))
+            assert bool(first) is store.capabilities.checks_schema
+            assert await store.migrate() == []
+            other = checked(make_store(clock))
+            try:
+                assert await other.migrate() == []
+            finally:
+                await other.close()
+        finally:
+            await store.close()
 
     async def test_close_twice_is_safe(self, store: Store) -> None:
         """close() may be called twice."""
