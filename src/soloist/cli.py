@@ -30,7 +30,7 @@ import click
 from soloist import logs
 from soloist.config import DEFAULT_ELECTION, MODES, parse_http_address
 from soloist.errors import ConfigError, SoloistError, StoreError, StoreUnavailableError
-from soloist.models import JobRecord, JSONDict, State
+from soloist.models import Cancelled, CancelResult, JobRecord, JSONDict, State
 from soloist.reports import cluster_report, job_json
 from soloist.scheduler import Scheduler
 from soloist.stores import DEFAULT_STORE_URL, check_store_url, open_store
@@ -43,6 +43,7 @@ T = TypeVar("T")
 
 #: The values of ``--log-level`` (any case).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 
 def _store_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``--store``, checked before the command runs: a URL of a scheme soloist has
@@ -488,6 +489,33 @@ def retry(occurrence_id: str, store: str) -> None:
         lambda app: app.retry(occurrence_id),
         f"retrying {occurrence_id}: occurrence {{result}}",
     )
+
+
+@main.command()
+@click.argument("occurrence_id")
+@store_option
+@json_option
+def cancel(occurrence_id: str, store: str, as_json: bool) -> None:
+    """Cancel an occurrence: a scheduled one never runs; a running one is asked to stop
+    (an async handler is cancelled, a sync one sees ctx.cancelled). Recorded as dead with
+    error code 'cancelled', never retried."""
+    _store_op(store, lambda app: _cancelled(app.cancel(occurrence_id), as_json), "{result}")
+
+
+def _cancelled(answer: CancelResult, as_json: bool) -> str:
+    """What ``soloist cancel`` prints for ``answer``."""
+    if as_json:
+        return json.dumps(answer.to_json())
+    occ = answer.occurrence
+    what = f"{occ.id} ({occ.job}, planned {occ.plan_time.isoformat()})"
+    if answer.outcome is Cancelled.CANCELLED:
+        return f"cancelled {what}: it will not run"
+    if answer.outcome is Cancelled.REQUESTED:
+        return (
+            f"cancellation of {what} requested: its runner stops it within a heartbeat "
+            "(a sync handler is only asked)"
+        )
+    return f"cancellation of {what} was already requested; it is still running"
 
 
 @main.command()

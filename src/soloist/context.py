@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from soloist.errors import LeaseLostError
+from soloist.errors import LeaseLostError, OccurrenceCancelledError
 from soloist.models import JSONDict, Occurrence
 from soloist.tracing import TRACE_KEY
 
@@ -51,6 +51,9 @@ class JobContext:
     lease_lost: bool = False
     _logger: logging.LoggerAdapter[logging.Logger] | None = field(default=None, repr=False)
     _extra: dict[str, Any] | None = field(default=None, repr=False)
+    #: Set by the runtime when the occurrence's cancellation was requested (see
+    #: :attr:`cancelled`).
+    _cancelled: bool = field(default=False, repr=False)
     #: The W3C trace context (``traceparent``, ``tracestate``) the occurrence was enqueued
     #: under (see :mod:`soloist.tracing`), or None; never part of ``payload``.
     trace_context: dict[str, str] | None = field(default=None, repr=False)
@@ -116,9 +119,20 @@ class JobContext:
         record = logger.makeRecord(logger.name, level, __file__, 0, msg, args, None, None, fields)
         logger.handle(record)
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether someone asked to cancel this occurrence (``app.cancel``, ``soloist
+        cancel``, the dashboard). The runner learns it at its next lease renewal (within
+        one heartbeat). An async handler is cancelled then; a sync handler cannot be
+        interrupted, so it should look at this (or call :meth:`heartbeat`, which raises
+        :class:`~soloist.errors.OccurrenceCancelledError`) and stop. Once true, the run is
+        recorded cancelled and not retried, however the handler ends."""
+        return self._cancelled
+
     def heartbeat(self) -> None:
         """Renew the lease now, from a sync handler (leases are also renewed in the
-        background). Raises LeaseLostError if another runner has taken the occurrence."""
+        background). Raises LeaseLostError if another runner has taken the occurrence,
+        OccurrenceCancelledError if its cancellation was requested."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -131,7 +145,8 @@ class JobContext:
         self._check()
 
     async def aheartbeat(self) -> None:
-        """Renew the lease now, from an async handler; raises LeaseLostError if lost."""
+        """Renew the lease now, from an async handler; raises LeaseLostError if lost,
+        OccurrenceCancelledError if its cancellation was requested."""
         if not await self._renew():
             self.lease_lost = True
         self._check()
@@ -141,4 +156,9 @@ class JobContext:
             raise LeaseLostError(
                 f"lease of occurrence {self.occurrence_id} ({self.job} at "
                 f"{self.plan_time.isoformat()}) was lost; its result will be fenced out"
+            )
+        if self._cancelled:
+            raise OccurrenceCancelledError(
+                f"occurrence {self.occurrence_id} ({self.job} at "
+                f"{self.plan_time.isoformat()}) was cancelled on request"
             )

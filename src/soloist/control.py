@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 from soloist.config import Config
 from soloist.errors import StoreError
 from soloist.metrics import Metrics
-from soloist.models import Attempt, JSONDict, Occurrence, State
+from soloist.models import Attempt, CancelResult, JSONDict, Occurrence, State
 from soloist.operations import Operations
 from soloist.reports import cluster_report, job_summaries
 from soloist.runtime import Runtime
@@ -98,6 +98,11 @@ class Control(Protocol):
 
     async def retry(self, occurrence_id: str) -> str:
         """Run a dead occurrence again; returns the new occurrence's id."""
+        ...
+
+    async def cancel(self, occurrence_id: str) -> CancelResult:
+        """Cancel a scheduled occurrence, or ask a running one to stop (see
+        ``Scheduler.acancel``)."""
         ...
 
 
@@ -201,3 +206,6 @@ class InstanceControl:
 
     async def retry(self, occurrence_id: str) -> str:
         return (await self._instance.ops.retry(occurrence_id)).id
+
+    async def cancel(self, occurrence_id: str) -> CancelResult:
+        return await self._instance.ops.cancel(occurrence_id)

@@ -74,3 +74,10 @@ class StoreDataLostError(StoreError):
 
 class LeaseLostError(SoloistError):
     """This runner no longer holds the lease of its occurrence; its result is fenced out."""
+
+
+class OccurrenceCancelledError(SoloistError):
+    """The cancellation of this run's occurrence was requested (``app.cancel``): raised by
+    ``ctx.heartbeat()`` and ``ctx.aheartbeat()`` so that a handler stops at its next
+    heartbeat. The run is recorded cancelled, and not retried, whatever the handler does
+    next."""

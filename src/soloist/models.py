@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -127,6 +127,10 @@ class Occurrence:
     #: Lease expiries so far (runs that never reported an outcome); they spend no attempt.
     crashes: int = 0
     max_crashes: int = DEFAULT_MAX_CRASHES
+    #: Someone asked to cancel it (:meth:`~soloist.stores.base.Store.occurrence_cancel`):
+    #: a running occurrence's runner is told at its next lease renewal, and it never
+    #: becomes claimable again.
+    cancel_requested: bool = False
 
     @property
     def duration(self) -> timedelta | None:
@@ -162,6 +166,7 @@ class Occurrence:
             "error_code": self.error_code,
             "error_message": self.error_message,
             "result": self.result,
+            "cancel_requested": self.cancel_requested,
         }
 
 
@@ -193,6 +198,44 @@ class Attempt:
             "error_code": self.error_code,
             "error_message": self.error_message,
         }
+
+
+#: The error message of an occurrence cancelled before its next attempt started.
+CANCELLED_MESSAGE = "cancelled on request before it ran"
+
+
+class Renewed(set[str]):
+    """What :meth:`~soloist.stores.base.Store.lease_renew` returns: the ids renewed (it
+    is a set of them), and ``cancel_requested``, those of them whose cancellation was
+    requested (the runner stops them and records them cancelled). The renewal reports
+    the flag, so a runner learns of a cancel with no call of its own."""
+
+    def __init__(self, renewed: Iterable[str] = (), cancel_requested: Iterable[str] = ()) -> None:
+        super().__init__(renewed)
+        self.cancel_requested: frozenset[str] = frozenset(cancel_requested) & self
+
+
+class Cancelled(str, enum.Enum):
+    """What a cancel did (:class:`CancelResult`)."""
+
+    #: It was scheduled (or waiting for a retry): now ``dead`` (``cancelled``); it never runs.
+    CANCELLED = "cancelled"
+    #: It is running: its runner is asked to stop it (see docs/explanation/guarantees.md).
+    REQUESTED = "requested"
+    #: It was running and its cancellation had already been requested.
+    ALREADY_REQUESTED = "already_requested"
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """The answer of ``app.cancel(occurrence_id)``: what happened, and the occurrence as it
+    is after the call."""
+
+    outcome: Cancelled
+    occurrence: Occurrence
+
+    def to_json(self) -> JSONDict:
+        return {"outcome": self.outcome.value, "occurrence": self.occurrence.to_json()}
 
 
 #: Outcome of an attempt handed back by ``lease_release``.

@@ -25,6 +25,9 @@ from soloist.errors import (
 from soloist.models import (
     DEFAULT_MAX_CRASHES,
     Attempt,
+    Cancelled,
+    CancelResult,
+    ErrorCode,
     JobRecord,
     JSONDict,
     Kind,
@@ -264,6 +267,38 @@ class Operations:
             )
         self._wake()
         return new
+
+    async def cancel(self, occurrence_id: str) -> CancelResult:
+        """Cancel an occurrence (see ``Scheduler.acancel``): a scheduled one (or one waiting
+        for a retry) never runs; a running one's runner is asked to stop it. Finished
+        ones are refused (StateConflictError), unknown ids too (UnknownOccurrenceError)."""
+        store = await self._store()
+        answer = await store.occurrence_cancel(occurrence_id)
+        if answer is None:
+            raise UnknownOccurrenceError(
+                f"unknown occurrence {occurrence_id!r}: expected an id from 'soloist history'"
+            )
+        occ, changed = answer
+        if occ.state is State.RUNNING:
+            outcome = Cancelled.REQUESTED if changed else Cancelled.ALREADY_REQUESTED
+        elif changed:
+            outcome = Cancelled.CANCELLED
+        else:
+            already = occ.error_code == ErrorCode.CANCELLED.value and occ.cancel_requested
+            raise StateConflictError(
+                f"occurrence {occurrence_id!r} is {occ.state.value}"
+                f"{' (cancelled already)' if already else ''}: it has finished; only "
+                "scheduled, failed (retry pending) or running occurrences can be cancelled"
+            )
+        if changed:
+            log.info(
+                "%s occurrence %s of %s",
+                "cancelled" if outcome is Cancelled.CANCELLED else "requested cancellation of",
+                occ.id,
+                occ.job,
+                extra={"action": "cancel", "job": occ.job, "execution_id": occ.id},
+            )
+        return CancelResult(outcome, occ)
 
     async def set_paused(self, job: str, paused: bool) -> None:
         store = await self._store()

@@ -21,6 +21,8 @@ from soloist.errors import ConfigError
 BACKOFF_KINDS = ("fixed", "exponential")
 
 ExceptionClasses = tuple[type[BaseException], ...]
+#: What ``retry_on`` / ``no_retry_on`` accept: one exception class or a tuple of them.
+ExceptionFilter = type[BaseException] | ExceptionClasses
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,14 @@ from soloist.control import Control, InstanceControl
 from soloist.endpoint import HttpEndpoint
 from soloist.errors import ConfigError, SoloistError
 from soloist.metrics import Metrics
-from soloist.models import DEFAULT_MAX_CRASHES, Attempt, JobRecord, Occurrence, State
+from soloist.models import (
+    DEFAULT_MAX_CRASHES,
+    Attempt,
+    CancelResult,
+    JobRecord,
+    Occurrence,
+    State,
+)
 from soloist.operations import Operations
 from soloist.registry import (
     Handler,
@@ -38,6 +45,7 @@ from soloist.registry import (
     TaskDef,
     build_task,
 )
+from soloist.retry import ExceptionFilter
 from soloist.runtime import Runtime
 from soloist.runtime.elector import LeadershipCallback
 from soloist.runtime.health import Health
@@ -140,8 +148,8 @@ class Scheduler:
         overlap: str | None = None,
         scopes: ScopeProvider | None = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        no_retry_on: tuple[type[BaseException], ...] | None = None,
+        retry_on: ExceptionFilter | None = None,
+        no_retry_on: ExceptionFilter | None = None,
         misfire_grace: object = None,
     ) -> Callable[[F], F]:
         """Decorate ``fn(ctx)`` to run on ``schedule`` once per planned instant (and scope).
@@ -203,8 +211,8 @@ class Scheduler:
         backoff_cap: object = "10m",
         timeout: object = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        no_retry_on: tuple[type[BaseException], ...] | None = None,
+        retry_on: ExceptionFilter | None = None,
+        no_retry_on: ExceptionFilter | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -219,8 +227,8 @@ class Scheduler:
         backoff_cap: object = "10m",
         timeout: object = None,
         max_crashes: int = DEFAULT_MAX_CRASHES,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        no_retry_on: tuple[type[BaseException], ...] | None = None,
+        retry_on: ExceptionFilter | None = None,
+        no_retry_on: ExceptionFilter | None = None,
     ) -> F | Callable[[F], F]:
         """Decorate ``fn(ctx, **payload)`` as a task that ``enqueue`` can queue.
 
@@ -383,6 +391,19 @@ class Scheduler:
         return (await self.ops.retry(occurrence_id)).id
 
     retry = sync_twin(aretry)
+
+    async def acancel(self, occurrence_id: str) -> CancelResult:
+        """Cancel an occurrence. A ``scheduled`` one (or a ``failed`` one waiting for its
+        retry) ends ``dead`` with error code ``cancelled`` at once and never runs
+        (``outcome`` ``cancelled``). A ``running`` one is asked to stop (``requested``;
+        ``already_requested`` the second time): its runner learns it at its next lease
+        renewal, cancels an async handler and sets ``ctx.cancelled`` for a sync one, and
+        records it ``dead`` (``cancelled``), not retried. A cron job's next instants are
+        not affected. Raises StateConflictError for a finished occurrence and
+        UnknownOccurrenceError for an unknown id."""
+        return await self.ops.cancel(occurrence_id)
+
+    cancel = sync_twin(acancel)
 
     async def astatus(self) -> dict[str, Any]:
         """This instance, the leader and its epoch, the live instances and every job with

@@ -9,7 +9,8 @@ context (``traceparent``, ``tracestate``) under the reserved payload key
 no user payload may use. The runner takes it out before the handler sees the payload
 (:meth:`soloist.context.JobContext.for_occurrence`: ``ctx.payload`` and the keyword
 arguments never show it; ``ctx.trace_context`` does) and parents the run's span on it.
-The history shows it with the payload, which ties an audit record to its trace.
+An occurrence read from the store keeps it in its payload, which ties an audit record
+to its trace.
 
 **Cost.** Whether to trace is decided once per Scheduler, when it first enqueues or starts
 its workers: with opentelemetry not installed, or no tracer provider set (the API's

@@ -69,6 +69,7 @@ class Server:
         """``mounted``: serve ``apps/mounted.py`` with uvicorn (the dashboard under
         ``/ops/``) instead of ``soloist run --http``."""
         self.instance_id = instance_id
+        self.store_url = store_url
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/" + ("ops/" if mounted else "")
         self.log_path = workdir / f"{instance_id}.log"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from playwright.sync_api import Locator, Page, Request, expect
+
+from soloist import JobContext, Scheduler
 
 from .apps.dashboard_app import ERROR_MARKUP, IMG_NAME, SCRIPT_NAME
 from .conftest import TOKEN, PageWatch, Servers
@@ -199,6 +202,49 @@ def test_pause_resume_and_retry_dead(page: Page, servers: Servers) -> None:
     expect(dead.locator(".state")).to_have_text("dead")
     dead.get_by_role("button", name=re.compile("^retry")).click()
     expect(page.locator("#message")).to_contain_text("accepted, HTTP 202")
+
+
+def enqueue_later(store_url: str) -> str:
+    """Enqueue a task due in an hour (planned last of all: the top row of the history)."""
+    enqueuer = Scheduler(store_url, instance_id="dash-enqueuer")
+
+    @enqueuer.task
+    def later(ctx: JobContext) -> None:  # never runs: cancelled first
+        pass
+
+    try:
+        return enqueuer.enqueue(later, delay="1h")
+    finally:
+        enqueuer.close()
+
+
+def test_cancel_a_scheduled_and_a_running_occurrence(page: Page, servers: Servers) -> None:
+    """The cancel button of a scheduled row ends it at once (HTTP 200: dead, cancelled);
+    on a running row it asks the runner (HTTP 202), which cancels the async handler
+    within a heartbeat: the row ends dead (cancelled) too."""
+    # (In a thread: playwright's sync API runs an event loop in this one.)
+    with ThreadPoolExecutor(1) as pool:
+        later_id = pool.submit(enqueue_later, servers.admin.store_url).result()
+    page.add_init_script(f"sessionStorage.setItem('soloist.token', {TOKEN!r})")
+    open_dashboard(page, servers.admin.url)
+    message = page.locator("#message")
+    row = page.locator(f'#occurrences tbody tr[data-id="{later_id}"]')
+    expect(row.locator(".state")).to_have_text("scheduled")
+    row.get_by_role("button", name=re.compile("^cancel")).click()
+    expect(message).to_contain_text("accepted, HTTP 200 (cancelled)")
+    expect(row.locator(".state")).to_have_text("dead")
+    expect(row).to_contain_text("cancelled")
+    expect(row.get_by_role("button")).to_have_count(1)  # retry, no cancel any more
+
+    status, body = servers.admin.post("api/jobs/sleepy/trigger", TOKEN)
+    assert status == 202, body
+    page.get_by_label("Job", exact=True).select_option("sleepy")
+    row = page.locator(f'#occurrences tbody tr[data-id="{body["occurrence_id"]}"]')
+    expect(row.locator(".state")).to_have_text("running")
+    row.get_by_role("button", name=re.compile("^cancel")).click()
+    expect(message).to_contain_text("accepted, HTTP 202 (requested)")
+    expect(row.locator(".state")).to_have_text("dead")
+    expect(row).to_contain_text("cancelled")
 
 
 def test_job_whose_name_has_a_slash_can_be_triggered(page: Page, servers: Servers) -> None:

@@ -35,6 +35,7 @@ from soloist.models import (
 )
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
+from soloist.stores.core import checked
 from soloist.stores.postgres import PostgresStore, codec, migrations, parse_url
 from soloist.stores.postgres.connections import (
     INDEX_WALK,
@@ -588,6 +589,30 @@ async def test_a_schema_at_version_3_gains_crash_counts_keeping_its_rows(
         await store.occurrence_insert_now(new_occurrence("now", max_crashes=5))
         stored = {o.dedupe_key: o.max_crashes for o in await store.occurrence_list()}
         assert stored == {"old": 3, "done": 3, "one": 0, "m1": 1, "m2": 2, "now": 5}
+    finally:
+        await store.close()
+
+
+async def test_a_schema_at_version_7_gains_the_cancel_flag_keeping_its_rows(
+    postgres_dsn: str, postgres_url: str
+) -> None:
+    """Migration 8 adds cancel_requested (false) to the rows there; a scheduled old row
+    is then cancelled, and an old running row's runner learns of its cancel at renewal."""
+    schema = parse_url(postgres_url).schema
+    rows = (("old", "running", "allow"), ("sched", "scheduled", "allow"))
+    _old_schema(postgres_dsn, schema, 7, *rows)
+    store = checked(PostgresStore(postgres_url))
+    try:
+        await store.migrate()
+        assert _versions(postgres_dsn, schema) == list(range(1, len(MIGRATIONS) + 1))
+        stored = {o.id: o for o in await store.occurrence_list()}
+        assert not stored["old"].cancel_requested and not stored["sched"].cancel_requested
+        cancelled = await store.occurrence_cancel("sched")
+        assert cancelled is not None and cancelled[0].state is State.DEAD
+        requested = await store.occurrence_cancel("old")
+        assert requested is not None and requested[0].state is State.RUNNING
+        renewed = await store.lease_renew("i1", [Claimed("old", 1)], TTL)
+        assert renewed == {"old"} and renewed.cancel_requested == {"old"}
     finally:
         await store.close()
 

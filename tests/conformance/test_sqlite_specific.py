@@ -18,7 +18,7 @@ import pytest
 
 from soloist.clock import to_epoch_us
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
-from soloist.models import Outcome, PlanAdvance, PlanCursor, State, stream_slot
+from soloist.models import Claimed, Outcome, PlanAdvance, PlanCursor, State, stream_slot
 from soloist.stores import open_store
 from soloist.stores.core import checked
 from soloist.stores.sqlite import SQLiteStore, sqlite_path
@@ -190,6 +190,24 @@ async def test_a_version_3_file_gains_crash_counts_keeping_its_rows(tmp_path: Pa
         )
         new, _ = await store.occurrence_insert(new_occurrence("new", max_crashes=0))
         assert (new.crashes, new.max_crashes) == (0, 0)
+    finally:
+        await store.close()
+
+
+async def test_a_version_5_file_gains_the_cancel_flag_keeping_its_rows(tmp_path: Path) -> None:
+    """Migration 6 adds cancel_requested (false) to the rows there; the old running row
+    can then be cancelled, and its runner's renewal reports it."""
+    path = tmp_path / "s.db"
+    _old_file(path, 5)
+    store = checked(SQLiteStore(_url(path), clock=FakeClock(T0)))
+    try:
+        await store.migrate()
+        old = await store.occurrence_get("old")
+        assert old is not None and old.state is State.RUNNING and not old.cancel_requested
+        answer = await store.occurrence_cancel("old")
+        assert answer is not None and answer[1] and answer[0].cancel_requested
+        renewed = await store.lease_renew("i1", [Claimed("old", 1)], TTL, now=at(1))
+        assert renewed.cancel_requested == {"old"}
     finally:
         await store.close()
 

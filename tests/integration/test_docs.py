@@ -27,6 +27,7 @@ import soloist
 import soloist.errors
 from soloist import JobContext, Scheduler
 from soloist.cli import main as cli_main
+from soloist.config import VARIABLES
 from soloist.models import OccurrenceCounts, State
 from soloist.scheduler import Schedules
 from soloist.testing import wait_until
@@ -94,9 +95,9 @@ def test_cli_reference_lists_every_option_of_the_command(name: str) -> None:
 
 # -- environment variables ------------------------------------------------------------------------
 def variables_read_by_the_code() -> set[str]:
-    """``SOLOIST_*`` names read by config.py (``env.get``) and by the CLI (``envvar=``)."""
-    config = (SRC / "config.py").read_text(encoding="utf-8")
-    names = set(re.findall(r"env\.get\(\"(SOLOIST_\w+)\"\)", config))
+    """``SOLOIST_*`` names read by config.py (a setting's variable, ``VARIABLES``) and by
+    the CLI (``envvar=``)."""
+    names = set(VARIABLES.values())
     for command in cli_main.commands.values():
         for param in command.params:
             if isinstance(param, click.Option) and isinstance(param.envvar, str):

@@ -1,4 +1,4 @@
-"""Read-only commands (history, show, status, jobs) never migrate or create anything.
+"""Read-only commands (history, show, status, jobs, next) never migrate or create anything.
 
 Each runs as the real ``soloist`` command against a store of the test's own: a SQLite file
 that does not exist or belongs to another app, a PostgreSQL schema, a Redis key prefix.
@@ -25,7 +25,7 @@ from soloist import Scheduler
 from soloist.errors import StoreUnavailableError
 
 SOLOIST = Path(sys.executable).parent / "soloist"
-READ_ONLY = (["history"], ["show", "f" * 32], ["status"], ["jobs"])
+READ_ONLY = (["history"], ["show", "f" * 32], ["status"], ["jobs"], ["next", "weekly"])
 
 
 def soloist(*args: str, store: str, cwd: Path) -> subprocess.CompletedProcess[str]:

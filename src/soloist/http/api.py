@@ -37,6 +37,7 @@ from soloist.errors import (
     StoreError,
 )
 from soloist.metrics import CONTENT_TYPE_LATEST
+from soloist.models import Cancelled
 
 __all__ = ["LOOPBACK_HOSTS", "MAX_LIMIT", "READY_TIMEOUT", "create_app", "is_loopback"]
 
@@ -262,6 +263,15 @@ class Api:
         new_id = await self.control.retry(text_param("id", request.path_params["id"]))
         return json_response({"occurrence_id": new_id}, 202)
 
+    async def cancel(self, request: Request) -> Response:
+        """200 ``cancelled`` (it will not run), 202 ``requested`` / ``already_requested``
+        (its runner stops it at its next lease renewal), 409 finished, 404 unknown."""
+        if (refused := self.refusal(request)) is not None:
+            return refused
+        answer = await self.control.cancel(text_param("id", request.path_params["id"]))
+        done = answer.outcome is Cancelled.CANCELLED
+        return json_response(answer.to_json(), 200 if done else 202)
+
 
 def is_loopback(host: str) -> bool:
     """Whether the listening address ``host`` only accepts connections from this machine."""
@@ -341,6 +351,7 @@ def create_app(
         Route("/api/occurrences", guarded(api.occurrences), methods=get),
         Route("/api/occurrences/{id}", guarded(api.occurrence), methods=get),
         Route("/api/occurrences/{id}/retry", guarded(api.retry), methods=post),
+        Route("/api/occurrences/{id}/cancel", guarded(api.cancel), methods=post),
     ]
     middleware = []
     if allowed_hosts is not None:

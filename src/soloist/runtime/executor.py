@@ -65,7 +65,7 @@ from typing import Any
 from soloist.config import lease_margin
 from soloist.context import JobContext
 from soloist.errors import LeaseLostError, StoreError
-from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, State
+from soloist.models import Claimed, ErrorCode, Occurrence, Outcome, Renewed, State
 from soloist.payload import summarise_result
 from soloist.registry import Registry, TaskDef
 from soloist.runtime.completer import MIN_CALL_TIMEOUT, Completer
@@ -117,6 +117,8 @@ class Run:
     waiting: bool = False
     #: Monotonic time the claim was sent (the lease's start).
     claimed_at: float = 0.0
+    #: The handler was called (a run cancelled while it waited never is).
+    invoked: bool = False
 
     @property
     def claim(self) -> Claimed:
@@ -459,7 +461,7 @@ class Executor(Service):
         """Start the handler of ``run`` now."""
         now = run.started = self.clock.monotonic()
         occ = run.occ
-        if occ.attempt == 1 and occ.started_at is not None:
+        if occ.attempt == 1 and occ.started_at is not None and not run.ctx.cancelled:
             # From the plan time to now: the claim's time in the store, plus the wait here.
             lateness = (occ.started_at - occ.plan_time).total_seconds() + now - run.claimed_at
             self.metrics.run_started(occ.job, lateness if lateness > 0 else 0.0)
@@ -499,7 +501,9 @@ class Executor(Service):
         try:
             if ctx.lease_lost:  # lost before it started (a claim answered too late)
                 raise LeaseLostError("the claim's answer came after its lease deadline")
-            result = await self._invoke(task, ctx, occ)
+            if not ctx.cancelled:  # (cancelled while it waited for a slot: never started)
+                run.invoked = True
+                result = await self._invoke(task, ctx, occ)
         except LeaseLostError as exc:
             code, message = ErrorCode.LEASE_LOST, str(exc)
         except (asyncio.TimeoutError, TimeoutError) as exc:
@@ -526,6 +530,11 @@ class Executor(Service):
             # Whatever the handler raised while being cancelled for its lease (a cleanup
             # that failed, a library wrapping the cancellation), the lease is gone.
             code, message = ErrorCode.LEASE_LOST, "lease lost while running; cancelled"
+        if ctx.cancelled and code is not ErrorCode.LEASE_LOST:
+            # Its cancellation was requested and reached this run: recorded cancelled (not
+            # retried), however the handler ended; a result it returned is kept.
+            code, message = ErrorCode.CANCELLED, _cancelled_message(run, code, message)
+            cancelled = False  # this runtime cancelled it: nothing to pass on
         if run.released:
             return
         await self._record(run, task, code, message, result, refused)
@@ -567,6 +576,10 @@ class Executor(Service):
         if code is None:
             outcome = Outcome(
                 occ.id, occ.fencing_token, State.SUCCEEDED, result=summarise_result(result)
+            )
+        elif code is ErrorCode.CANCELLED and ctx.cancelled:  # on request: never retried
+            outcome = Outcome(
+                occ.id, occ.fencing_token, State.DEAD, code.value, message, summarise_result(result)
             )
         elif occ.attempt < occ.max_attempts and refused is None:
             # The store's time now, without asking it: its time at the claim plus the time
@@ -635,6 +648,15 @@ class Executor(Service):
                     {"action": "succeeded", "duration_s": round(duration, 6)},
                 )
             return
+        if code is ErrorCode.CANCELLED and ctx.cancelled:
+            ctx.logger.info(
+                "cancelled %s (plan %s) on request: %s",
+                occ.job,
+                occ.plan_time.isoformat(),
+                message,
+                extra={"action": "cancelled", "duration_s": round(duration, 6)},
+            )
+            return
         ctx.logger.warning(
             "%s %s (%s): %s%s",
             "retrying" if outcome.state is State.FAILED else "gave up on",
@@ -687,7 +709,45 @@ class Executor(Service):
                 run.lease_deadline = max(run.lease_deadline, deadline)
             elif not run.recorded:
                 self.lose(run)
+        cancel = renewed.cancel_requested if isinstance(renewed, Renewed) else None
+        if cancel:  # the renewal reports requested cancellations: no call of their own
+            for run in runs:
+                if run.occ.id in cancel:
+                    self.cancel(run)
         return len(renewed) == len(runs)
+
+    def cancel(self, run: Run) -> None:
+        """The cancellation of ``run``'s occurrence was requested: set ``ctx.cancelled``;
+        cancel an async handler; a run waiting for a slot starts only to record itself
+        cancelled. (Not once its outcome is being written, nor after its lease is lost: the
+        store ends a lost one cancelled when it reaps it.)"""
+        ctx = run.ctx
+        if ctx.cancelled or ctx.lease_lost or run.recorded or run.released:
+            return
+        ctx._cancelled = True
+        is_async = self.registry.task(run.occ.task).is_async
+        ctx.logger.info(
+            "cancellation of %s (plan %s) requested: %s",
+            run.occ.job,
+            run.occ.plan_time.isoformat(),
+            "it had not started"
+            if run.task is None
+            else "cancelling the handler"
+            if is_async
+            else "a sync handler is only asked (ctx.cancelled)",
+            extra={"action": "cancel_requested"},
+        )
+        if run.task is None:
+            if run.waiting:  # claimed ahead: recorded at once, without running
+                run.waiting = False
+                self.waiting.remove(run)
+                self._launch(run)
+            return
+        # An async handler that asked itself (ctx.aheartbeat() in its own task) gets
+        # OccurrenceCancelledError there; a cancel of its own task would hit the outcome's
+        # write instead.
+        if is_async and not run.task.done() and asyncio.current_task() is not run.task:
+            run.task.cancel()
 
     def check_leases(self) -> float | None:
         """Act on every run whose local lease deadline has passed (:meth:`lose`); return the
@@ -800,6 +860,17 @@ def _describe(exc: BaseException) -> str:
     # NUL is the one character no store keeps in text (PostgreSQL refuses it outright).
     text = text.replace("\x00", "\\x00")
     return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+def _cancelled_message(run: Run, code: ErrorCode | None, message: str | None) -> str:
+    """The error message of a run whose cancellation was requested, by how it ended."""
+    if not run.invoked:
+        return "cancelled on request before it started"
+    if code is None:
+        return "cancelled on request; the handler returned"
+    if code is ErrorCode.CANCELLED:
+        return "cancelled on request"
+    return f"cancelled on request; the handler then ended with {code.value}: {message}"
 
 
 def idle_delay(until_due: float, poll_interval: float) -> float:

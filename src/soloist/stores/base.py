@@ -62,6 +62,7 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
+    Renewed,
     State,
 )
 
@@ -216,9 +217,11 @@ class Store(Protocol):
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> set[str]:
+    ) -> Renewed:
         """Extend to now + lease_ttl the leases still held (running, same instance and
-        token). Returns the ids renewed; the others are lost."""
+        token). Returns the ids renewed (the others are lost), with ``cancel_requested``:
+        those renewed whose cancellation was requested (:meth:`occurrence_cancel`), in the
+        same round trip. (A plain set is taken to mean none was: the core converts it.)"""
         ...
 
     async def occurrence_complete(
@@ -227,7 +230,11 @@ class Store(Protocol):
         """Record attempt outcomes, fenced. Each applies only if its row is ``running`` with
         the same instance and token. ``succeeded``/``dead``: terminal, finished_at = now.
         ``failed``: retry pending, due_at = retry_at (or now), lease cleared. error_code,
-        error_message and result are stored. Returns the ids whose write applied."""
+        error_message and result are stored. Returns the ids whose write applied.
+
+        A row whose cancellation was requested is never retried: a ``failed`` outcome
+        becomes ``dead`` with error_code ``cancelled`` (the message as given), and its
+        attempt record says so."""
         ...
 
     async def lease_release(
@@ -236,7 +243,10 @@ class Store(Protocol):
         """Give back occurrences this runner holds but will not finish (graceful shutdown):
         fenced like a completion; they become claimable at once (``scheduled`` if their
         attempt was the first, else ``failed``), attempt - 1 (the attempt is not spent),
-        lease cleared, error_code ``cancelled``. Returns the ids released."""
+        lease cleared, error_code ``cancelled``. Returns the ids released.
+
+        A row whose cancellation was requested is not given back: it becomes ``dead``
+        with error_code ``cancelled``, finished_at = now (attempt record ``dead``)."""
         ...
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
@@ -251,8 +261,35 @@ class Store(Protocol):
         * Else: crashes + 1, ``dead`` with error_code ``crash_loop``, finished_at = now.
           Attempt record: ``dead``.
 
+        * A row whose cancellation was requested does not run again, whatever its crash
+          budget: crashes + 1, ``dead`` with error_code ``cancelled``, finished_at = now.
+          Attempt record: ``dead``.
+
         The error message names the runner and the crash count. Returns the reaped rows as
         updated, by plan_time. Safe to run on every instance at once."""
+        ...
+
+    async def occurrence_cancel(
+        self, occurrence_id: str, now: datetime | None = None
+    ) -> tuple[Occurrence, bool] | None:
+        """Cancel an occurrence, in one atomic step that no claim can interleave with:
+        either the claim came first (then the row is running) or the cancel did (then no
+        claim takes it).
+
+        * ``scheduled`` or ``failed`` (a retry pending): it becomes ``dead`` with
+          error_code ``cancelled``, error_message :data:`~soloist.models.CANCELLED_MESSAGE`,
+          finished_at = now, ``cancel_requested`` set; it is never claimed. No attempt
+          record (no attempt ended).
+        * ``running`` (also a run claimed ahead, waiting in its runner): only
+          ``cancel_requested`` is set; its lease, runner and token are unchanged. The
+          runner learns it from :meth:`lease_renew`; from then on the row never becomes
+          claimable again (see :meth:`occurrence_complete`, :meth:`lease_release` and
+          :meth:`occurrence_reap`).
+        * finished (``succeeded``, ``dead``, ``skipped``): unchanged.
+
+        Returns the occurrence as it is after the call and whether this call changed it
+        (False: finished already, or its cancellation was requested before), or None when
+        no occurrence has that id."""
         ...
 
     async def occurrence_next_due(

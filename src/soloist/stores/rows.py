@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from soloist.models import (
+    CANCELLED_MESSAGE,
+    CLAIMABLE_STATES,
     CRASHED,
     ErrorCode,
     JobRecord,
@@ -67,6 +69,17 @@ def reaped(occ: Occurrence, now: datetime) -> tuple[Occurrence, str]:
     """
     crash = occ.crashes + 1
     runner = occ.instance_id or "?"
+    if occ.cancel_requested:
+        gone = replace(
+            occ,
+            state=State.DEAD,
+            crashes=crash,
+            lease_expires_at=None,
+            finished_at=now,
+            error_code=ErrorCode.CANCELLED.value,
+            error_message=f"lease of {runner} expired after its cancellation was requested",
+        )
+        return gone, State.DEAD.value
     if occ.crashes < occ.max_crashes:
         again = replace(
             occ,
@@ -90,6 +103,63 @@ def reaped(occ: Occurrence, now: datetime) -> tuple[Occurrence, str]:
         f"{occ.max_crashes}): its runner keeps dying",
     )
     return dead, State.DEAD.value
+
+
+#: The error message of a running occurrence whose cancellation was requested and whose
+#: runner gave its lease back (a shutdown) before the attempt finished.
+RELEASED_CANCELLED = "cancelled on request; its runner stopped before the attempt finished"
+
+
+def cancelled(occ: Occurrence, now: datetime) -> Occurrence | None:
+    """``occ`` after :meth:`~soloist.stores.base.Store.occurrence_cancel` at ``now``, or
+    None when the cancel changes nothing (finished, or already requested)."""
+    if occ.state in CLAIMABLE_STATES:
+        return replace(
+            occ,
+            state=State.DEAD,
+            lease_expires_at=None,
+            finished_at=now,
+            error_code=ErrorCode.CANCELLED.value,
+            error_message=CANCELLED_MESSAGE,
+            cancel_requested=True,
+        )
+    if occ.state == State.RUNNING and not occ.cancel_requested:
+        return replace(occ, cancel_requested=True)
+    return None
+
+
+def released(occ: Occurrence) -> Occurrence:
+    """``occ`` (running, this runner's) handed back by ``lease_release``: claimable again
+    with its attempt given back, or ``dead`` (``cancelled``) if its cancellation was
+    requested (finished_at is then the caller's to set)."""
+    if occ.cancel_requested:
+        return replace(
+            occ,
+            state=State.DEAD,
+            lease_expires_at=None,
+            error_code=ErrorCode.CANCELLED.value,
+            error_message=RELEASED_CANCELLED,
+        )
+    return replace(
+        occ,
+        state=State.SCHEDULED if occ.attempt <= 1 else State.FAILED,
+        attempt=max(0, occ.attempt - 1),
+        lease_expires_at=None,
+        error_code=ErrorCode.CANCELLED.value,
+        error_message=RELEASED_MESSAGE,
+    )
+
+
+#: The error message of an attempt handed back by ``lease_release``.
+RELEASED_MESSAGE = "lease released before the attempt finished"
+
+
+def completed_as(occ: Occurrence, outcome: Outcome) -> tuple[State, str | None]:
+    """The state and error code ``outcome`` writes on ``occ``: a retry of an occurrence
+    whose cancellation was requested is not made (``dead``, ``cancelled``)."""
+    if occ.cancel_requested and outcome.state == State.FAILED:
+        return State.DEAD, ErrorCode.CANCELLED.value
+    return outcome.state, outcome.error_code
 
 
 def skipped(occ: Occurrence, now: datetime) -> Occurrence:

@@ -2,11 +2,14 @@
 
 ``tick`` succeeds every second, ``always-fails`` fails every two seconds with no retry (so
 its occurrences are ``dead``, with an error message full of markup), ``monthly-report``
-only runs when triggered in practice, and two jobs have names made of HTML that the page
-must show as text. Run it with ``soloist run tests/browser/apps/dashboard_app.py:app``.
+only runs when triggered in practice (``sleepy`` too: it sleeps until cancelled), and two
+jobs have names made of HTML that the page must show as text. Run it with
+``soloist run tests/browser/apps/dashboard_app.py:app``.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from soloist import JobContext, Scheduler, cron, every
 
@@ -41,3 +44,9 @@ def script_named(ctx: JobContext) -> None:
 @app.job(cron("0 6 1 * *"), catch_up="skip", name=IMG_NAME)
 def img_named(ctx: JobContext) -> None:
     return None
+
+
+# Triggered by the cancel test: runs until cancelled from the dashboard.
+@app.job(cron("0 6 1 * *"), catch_up="skip", name="sleepy")
+async def sleepy(ctx: JobContext) -> None:
+    await asyncio.sleep(120)

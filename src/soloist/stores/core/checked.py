@@ -42,6 +42,7 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
+    Renewed,
     State,
 )
 from soloist.stores.base import Store
@@ -216,11 +217,13 @@ class CheckedStore:
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> set[str]:
+    ) -> Renewed:
         ttl = positive_ttl(lease_ttl, "lease_ttl")
         if not claims:
-            return set()
-        return await self.driver.lease_renew(instance_id, claims, ttl, self._at(now))
+            return Renewed()
+        renewed = await self.driver.lease_renew(instance_id, claims, ttl, self._at(now))
+        # A driver written before cancellation answers a plain set: none was requested.
+        return renewed if isinstance(renewed, Renewed) else Renewed(renewed)
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
@@ -239,6 +242,15 @@ class CheckedStore:
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
         return await self.driver.occurrence_reap(self._at(now))
+
+    async def occurrence_cancel(
+        self, occurrence_id: str, now: datetime | None = None
+    ) -> tuple[Occurrence, bool] | None:
+        if not isinstance(occurrence_id, str) or not occurrence_id:
+            raise ConfigError(
+                f"invalid occurrence id {occurrence_id!r}: expected a non-empty string"
+            )
+        return await self.driver.occurrence_cancel(occurrence_id, self._at(now))
 
     async def occurrence_next_due(
         self, tasks: Collection[str], now: datetime | None = None

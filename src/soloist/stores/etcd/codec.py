@@ -32,7 +32,7 @@ _OCC = (
     "id", "dedupe_key", "job", "task", "scope", "plan_time", "due_at", "kind", "state",
     "attempt", "max_attempts", "overlap", "payload", "instance_id", "lease_expires_at",
     "fencing_token", "created_at", "started_at", "finished_at", "error_code",
-    "error_message", "result", "crashes", "max_crashes",
+    "error_message", "result", "crashes", "max_crashes", "cancel_requested",
 )  # fmt: skip
 _OCC_TIMES = frozenset(["plan_time", "due_at", "lease_expires_at", "created_at"])
 _OCC_TIMES |= {"started_at", "finished_at"}
@@ -80,7 +80,10 @@ def occurrence_bytes(occ: Occurrence) -> bytes:
 
 
 def occurrence(data: bytes) -> Occurrence:
-    values = dict(zip(_OCC, json.loads(data), strict=True))
+    stored = json.loads(data)
+    if len(stored) == len(_OCC) - 1:
+        stored.append(False)  # written before cancellation: not requested
+    values = dict(zip(_OCC, stored, strict=True))
     for name in _OCC_TIMES:
         values[name] = opt_time(values[name])
     values["kind"] = Kind(values["kind"])

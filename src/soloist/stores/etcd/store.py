@@ -22,7 +22,6 @@ from soloist.models import (
     Claimed,
     DueBatch,
     DueStream,
-    ErrorCode,
     InstanceInfo,
     JobRecord,
     LeaderLease,
@@ -34,6 +33,7 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
+    Renewed,
     State,
     stream_slot,
 )
@@ -626,7 +626,7 @@ class EtcdStore:
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> set[str]:
+    ) -> Renewed:
         expires = await self._now(now) + lease_ttl
         tokens = {c.id: c.fencing_token for c in claims}
 
@@ -637,7 +637,30 @@ class EtcdStore:
             self._write(unit, renewed, occ)
             return renewed
 
-        return set(await self._update(list(tokens), renew))
+        done = await self._update(list(tokens), renew)
+        return Renewed(done, [i for i, occ in done.items() if occ.cancel_requested])
+
+    async def occurrence_cancel(
+        self, occurrence_id: str, now: datetime | None = None
+    ) -> tuple[Occurrence, bool] | None:
+        # Compared with the row's revision, and a claimable row's queue entry goes: a claim
+        # compares that entry, so of a claim and a cancel at once only one applies (the
+        # cancel refused that way reads the row again: running, it sets the flag).
+        now = await self._now(now)
+
+        def cancel(occ: Occurrence, unit: Unit) -> Occurrence | None:
+            changed = rows.cancelled(occ, now)
+            if changed is not None:
+                self._write(unit, changed, occ)
+            return changed
+
+        done = await self._update([occurrence_id], cancel)
+        if occurrence_id in done:
+            if done[occurrence_id].state == State.DEAD:
+                await self._trim_soon(now)
+            return done[occurrence_id], True
+        found = await self.occurrence_get(occurrence_id)
+        return (found, False) if found is not None else None
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
@@ -651,17 +674,16 @@ class EtcdStore:
             if not self._holds(occ, instance_id, outcome.fencing_token):
                 return None
             result, retry_at = checked[occ.id]
-            retry = outcome.state == State.FAILED
-            self._log(
-                unit, occ, now, outcome.state.value, outcome.error_code, outcome.error_message
-            )
+            state, code = rows.completed_as(occ, outcome)
+            retry = state == State.FAILED
+            self._log(unit, occ, now, state.value, code, outcome.error_message)
             done = replace(
                 occ,
-                state=outcome.state,
+                state=state,
                 due_at=retry_at if retry else occ.due_at,
                 lease_expires_at=None,
                 finished_at=None if retry else now,
-                error_code=outcome.error_code,
+                error_code=code,
                 error_message=outcome.error_message,
                 result=result,
             )
@@ -677,25 +699,24 @@ class EtcdStore:
         self, instance_id: str, claims: Sequence[Claimed], now: datetime | None = None
     ) -> set[str]:
         now = await self._now(now)
-        message = "lease released before the attempt finished"
         tokens = {c.id: c.fencing_token for c in claims}
 
         def release(occ: Occurrence, unit: Unit) -> Occurrence | None:
             if not self._holds(occ, instance_id, tokens[occ.id]):
                 return None
-            self._log(unit, occ, now, RELEASED, ErrorCode.CANCELLED.value, message)
-            back = replace(
-                occ,
-                state=State.SCHEDULED if occ.attempt <= 1 else State.FAILED,
-                attempt=max(0, occ.attempt - 1),
-                lease_expires_at=None,
-                error_code=ErrorCode.CANCELLED.value,
-                error_message=message,
-            )
+            back = rows.released(occ)
+            if back.state == State.DEAD:  # its cancellation was requested
+                back = replace(back, finished_at=now)
+                self._log(unit, occ, now, State.DEAD.value, back.error_code, back.error_message)
+            else:
+                self._log(unit, occ, now, RELEASED, back.error_code, back.error_message)
             self._write(unit, back, occ)
             return back
 
-        return set(await self._update(list(tokens), release))
+        released = await self._update(list(tokens), release)
+        if any(occ.state == State.DEAD for occ in released.values()):
+            await self._trim_soon(now)
+        return set(released)
 
     async def occurrence_reap(self, now: datetime | None = None) -> list[Occurrence]:
         now = await self._now(now)

@@ -19,7 +19,6 @@ from soloist.models import (
     Claimed,
     DueBatch,
     DueStream,
-    ErrorCode,
     InstanceInfo,
     JobRecord,
     LeaderLease,
@@ -31,6 +30,7 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
+    Renewed,
     State,
     stream_slot,
 )
@@ -300,16 +300,33 @@ class MemoryStore:
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> set[str]:
+    ) -> Renewed:
         expires = self._now(now) + lease_ttl
-        renewed: set[str] = set()
+        renewed: list[str] = []
+        cancel: list[str] = []
         with self._lock:
             for claim in claims:
                 occ = self._held(instance_id, claim)
                 if occ is not None:
                     self._set(replace(occ, lease_expires_at=expires))
-                    renewed.add(occ.id)
-        return renewed
+                    renewed.append(occ.id)
+                    if occ.cancel_requested:
+                        cancel.append(occ.id)
+        return Renewed(renewed, cancel)
+
+    async def occurrence_cancel(
+        self, occurrence_id: str, now: datetime | None = None
+    ) -> tuple[Occurrence, bool] | None:
+        now = self._now(now)
+        with self._lock:
+            row = self._rows.get(occurrence_id)
+            if row is None:
+                return None
+            changed = rows.cancelled(row.occ, now)
+            if changed is None:
+                return rows.out(row.occ), False
+            self._set(changed)
+            return rows.out(changed), True
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None
@@ -322,16 +339,17 @@ class MemoryStore:
                 occ = self._held(instance_id, Claimed(outcome.id, outcome.fencing_token))
                 if occ is None:
                     continue
-                retry = outcome.state == State.FAILED
-                self._log(occ, now, outcome.state.value, outcome.error_code, outcome.error_message)
+                state, code = rows.completed_as(occ, outcome)
+                retry = state == State.FAILED
+                self._log(occ, now, state.value, code, outcome.error_message)
                 self._set(
                     replace(
                         occ,
-                        state=outcome.state,
+                        state=state,
                         due_at=retry_at if retry else occ.due_at,
                         lease_expires_at=None,
                         finished_at=None if retry else now,
-                        error_code=outcome.error_code,
+                        error_code=code,
                         error_message=outcome.error_message,
                         result=result,
                     )
@@ -344,23 +362,18 @@ class MemoryStore:
     ) -> set[str]:
         now = self._now(now)
         released: set[str] = set()
-        message = "lease released before the attempt finished"
         with self._lock:
             for claim in claims:
                 occ = self._held(instance_id, claim)
                 if occ is None:
                     continue
-                self._log(occ, now, RELEASED, ErrorCode.CANCELLED.value, message)
-                self._set(
-                    replace(
-                        occ,
-                        state=State.SCHEDULED if occ.attempt <= 1 else State.FAILED,
-                        attempt=max(0, occ.attempt - 1),
-                        lease_expires_at=None,
-                        error_code=ErrorCode.CANCELLED.value,
-                        error_message=message,
-                    )
-                )
+                back = rows.released(occ)
+                if back.state == State.DEAD:  # its cancellation was requested
+                    back = replace(back, finished_at=now)
+                    self._log(occ, now, State.DEAD.value, back.error_code, back.error_message)
+                else:
+                    self._log(occ, now, RELEASED, back.error_code, back.error_message)
+                self._set(back)
                 released.add(occ.id)
         return released
 

@@ -114,6 +114,7 @@ def occurrence(row: Sequence[Any]) -> Occurrence:
         row[21],
         row[22],
         row[23],
+        row[24],
     )
 
 
@@ -157,6 +158,7 @@ def inserted(
         None,
         0,
         params["max_crashes"],
+        False,
     )
 
 

@@ -51,7 +51,7 @@ OCCURRENCE_COLUMNS = (
     "id, dedupe_key, job, task, scope, plan_time, due_at, kind, state, attempt, "
     "max_attempts, overlap, payload, instance_id, lease_expires_at, fencing_token, "
     "created_at, started_at, finished_at, error_code, error_message, result, crashes, "
-    "max_crashes"
+    "max_crashes, cancel_requested"
 )
 _COLS = OCCURRENCE_COLUMNS
 # The claim's columns: the payload as text (see ``codec.occurrence``).
@@ -65,6 +65,7 @@ _WAKE = "SELECT pg_notify(%(channel)s, 'occurrence')"
 _FENCE = "o.state = 'running' AND o.instance_id = %(instance)s AND o.fencing_token = c.token"
 _SOON = "<= (SELECT now FROM clock) + {horizon}"
 _RELEASED = "'lease released before the attempt finished'"
+_RELEASED_CANCELLED = "'cancelled on request; its runner stopped before the attempt finished'"
 #: Column order of the audit log (see ``codec.attempt``).
 ATTEMPT_COLUMNS = (
     "occurrence_id, fencing_token, attempt, instance_id, started_at, finished_at, outcome, "
@@ -147,19 +148,24 @@ WITH {_NOW}
 UPDATE {{schema}}.occurrences o SET lease_expires_at = clock.now + %(ttl)s::interval
 FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS c(id, token), clock
 WHERE o.id = c.id AND {_FENCE}
-RETURNING o.id
+RETURNING o.id, o.cancel_requested
 """
 
+# A retry of a row whose cancellation was requested is not made: dead, cancelled (see
+# Store.occurrence_complete); the audit record is copied from the row as updated.
+_RETRY = "c.state = 'failed' AND NOT o.cancel_requested"
 _COMPLETE = f"""
 WITH {_NOW},
 done AS (
     UPDATE {{schema}}.occurrences o SET
-        state = c.state,
-        due_at = CASE WHEN c.state = 'failed' THEN COALESCE(c.retry_at, clock.now)
-                      ELSE o.due_at END,
+        state = CASE WHEN c.state = 'failed' AND o.cancel_requested THEN 'dead'
+                     ELSE c.state END,
+        due_at = CASE WHEN {_RETRY} THEN COALESCE(c.retry_at, clock.now) ELSE o.due_at END,
         lease_expires_at = NULL,
-        finished_at = CASE WHEN c.state = 'failed' THEN NULL ELSE clock.now END,
-        error_code = c.error_code, error_message = c.error_message, result = c.result::json
+        finished_at = CASE WHEN {_RETRY} THEN NULL ELSE clock.now END,
+        error_code = CASE WHEN c.state = 'failed' AND o.cancel_requested THEN 'cancelled'
+                          ELSE c.error_code END,
+        error_message = c.error_message, result = c.result::json
     FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(states)s::text[],
                 %(retry_at)s::timestamptz[], %(codes)s::text[], %(messages)s::text[],
                 %(results)s::text[])
@@ -185,23 +191,52 @@ _RELEASE = f"""
 WITH {_NOW},
 released AS (
     UPDATE {{schema}}.occurrences o SET
-        state = CASE WHEN o.attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
-        attempt = GREATEST(o.attempt - 1, 0), lease_expires_at = NULL,
-        error_code = 'cancelled', error_message = {_RELEASED}
-    FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS c(id, token)
+        state = CASE WHEN o.cancel_requested THEN 'dead'
+                     WHEN o.attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
+        attempt = CASE WHEN o.cancel_requested THEN o.attempt
+                       ELSE GREATEST(o.attempt - 1, 0) END,
+        finished_at = CASE WHEN o.cancel_requested THEN clock.now ELSE o.finished_at END,
+        lease_expires_at = NULL, error_code = 'cancelled',
+        error_message = CASE WHEN o.cancel_requested THEN {_RELEASED_CANCELLED}
+                             ELSE {_RELEASED} END
+    FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS c(id, token), clock
     WHERE o.id = c.id AND {_FENCE}
-    RETURNING o.id, o.fencing_token, o.attempt + 1 AS attempt, o.instance_id, o.started_at
+    RETURNING o.id, o.fencing_token,
+              CASE WHEN o.cancel_requested THEN o.attempt ELSE o.attempt + 1 END AS attempt,
+              o.instance_id, o.started_at, o.state, o.error_message
 ),
 logged AS (
     INSERT INTO {{schema}}.attempts ({_ATTEMPT_COLUMNS})
     SELECT id, fencing_token, attempt, instance_id, started_at, (SELECT now FROM clock),
-           'released', 'cancelled', {_RELEASED}
+           CASE WHEN state = 'dead' THEN 'dead' ELSE 'released' END, 'cancelled',
+           error_message
     FROM released
 )
 SELECT ARRAY(SELECT id FROM released),
-       (SELECT count(*) FROM ({_WAKE} FROM released LIMIT 1) AS wake)
+       (SELECT count(*) FROM ({_WAKE} FROM released WHERE state <> 'dead' LIMIT 1) AS wake)
 """
 
+# Cancel (see Store.occurrence_cancel): one UPDATE, so a claim that holds the row is waited
+# for and the row re-checked as that claim left it (running: only the flag is set); a claim
+# that comes second finds the row dead (or skips it while this holds its lock).
+_CANCEL = f"""
+WITH {_NOW}
+UPDATE {{schema}}.occurrences o SET
+    state = CASE WHEN o.state = 'running' THEN o.state ELSE 'dead' END,
+    finished_at = CASE WHEN o.state = 'running' THEN o.finished_at ELSE clock.now END,
+    lease_expires_at = CASE WHEN o.state = 'running' THEN o.lease_expires_at END,
+    error_code = CASE WHEN o.state = 'running' THEN o.error_code ELSE 'cancelled' END,
+    error_message = CASE WHEN o.state = 'running' THEN o.error_message
+                         ELSE %(message)s END,
+    cancel_requested = true
+FROM clock
+WHERE o.id = %(id)s AND (o.state IN ('scheduled', 'failed')
+                         OR (o.state = 'running' AND NOT o.cancel_requested))
+RETURNING {_COLS}
+"""
+
+# A reaped row runs again: within its crash budget and not cancelled.
+_AGAIN = "o.crashes < o.max_crashes AND NOT o.cancel_requested"
 # Rows another reaper (or a renewing runner) holds are skipped, not waited for. A crash
 # is not a failure (see Store.occurrence_reap): within its crash budget a row is claimable
 # again at once, its attempt given back (the attempt that ended is then the new attempt
@@ -215,16 +250,17 @@ expired AS MATERIALIZED (
 ),
 reaped AS (
     UPDATE {{schema}}.occurrences o SET
-        state = CASE WHEN o.crashes >= o.max_crashes THEN 'dead'
+        state = CASE WHEN o.crashes >= o.max_crashes OR o.cancel_requested THEN 'dead'
                      WHEN o.attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
-        attempt = CASE WHEN o.crashes < o.max_crashes THEN GREATEST(o.attempt - 1, 0)
-                       ELSE o.attempt END,
+        attempt = CASE WHEN {_AGAIN} THEN GREATEST(o.attempt - 1, 0) ELSE o.attempt END,
         crashes = o.crashes + 1,
-        finished_at = CASE WHEN o.crashes < o.max_crashes THEN NULL ELSE clock.now END,
+        finished_at = CASE WHEN {_AGAIN} THEN NULL ELSE clock.now END,
         lease_expires_at = NULL,
-        error_code = CASE WHEN o.crashes < o.max_crashes THEN 'lease_expired'
+        error_code = CASE WHEN o.cancel_requested THEN 'cancelled'
+                          WHEN o.crashes < o.max_crashes THEN 'lease_expired'
                           ELSE 'crash_loop' END,
         error_message = 'lease of ' || COALESCE(o.instance_id, '?') || CASE
+            WHEN o.cancel_requested THEN ' expired after its cancellation was requested'
             WHEN o.crashes < o.max_crashes
             THEN ' expired (crash ' || (o.crashes + 1) || ' of ' || o.max_crashes || ' allowed)'
             ELSE ' expired (crash ' || (o.crashes + 1) || ', max_crashes=' || o.max_crashes
@@ -372,6 +408,7 @@ TEMPLATES: dict[str, str] = {
     "complete": _COMPLETE,
     "release": _RELEASE,
     "reap": _REAP,
+    "cancel": _CANCEL,
     "insert": _INSERT,
     "insert_now": _INSERT_NOW,
     "insert_many": _INSERT_MANY,
@@ -424,6 +461,7 @@ class Queries:
         self.complete = rendered["complete"]
         self.release = rendered["release"]
         self.reap = rendered["reap"]
+        self.cancel = rendered["cancel"]
         self.insert = rendered["insert"]
         self.insert_now = rendered["insert_now"]
         self.insert_many = rendered["insert_many"]

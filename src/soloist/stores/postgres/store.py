@@ -12,6 +12,7 @@ from psycopg.pq import ExecStatus
 from soloist.clock import Clock
 from soloist.errors import DuplicateJobError, StoreError
 from soloist.models import (
+    CANCELLED_MESSAGE,
     Attempt,
     Claimed,
     DueBatch,
@@ -25,6 +26,7 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
+    Renewed,
     State,
     stream_slot,
 )
@@ -335,7 +337,7 @@ class PostgresStore:
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> set[str]:
+    ) -> Renewed:
         params = {
             "now": self._at(now),
             "ids": [claim.id for claim in claims],
@@ -343,7 +345,19 @@ class PostgresStore:
             "instance": instance_id,
             "ttl": lease_ttl,
         }
-        return {row[0] for row in await self._rows(self._sql.renew, params)}
+        rows = await self._rows(self._sql.renew, params)
+        return Renewed([row[0] for row in rows], [row[0] for row in rows if row[1]])
+
+    async def occurrence_cancel(
+        self, occurrence_id: str, now: datetime | None = None
+    ) -> tuple[Occurrence, bool] | None:
+        params = {"now": self._at(now), "id": occurrence_id, "message": CANCELLED_MESSAGE}
+        row = await self._row(self._sql.cancel, params)
+        if row is not None:
+            return codec.occurrence(row), True
+        # Nothing to change (finished, or already requested): as it is now, if it exists.
+        found = await self.occurrence_get(occurrence_id)
+        return (found, False) if found is not None else None
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None

@@ -41,7 +41,7 @@ _PLAN_OFFSET = -((datetime(1, 1, 1, tzinfo=UTC) - EPOCH) // _US)
 FIELDS = [
     *("id", "key", "job", "task", "scope", "plan", "due", "kind", "state", "att", "max"),
     *("ovl", "payload", "inst", "lease", "tok", "created", "started", "finished", "ecode"),
-    *("emsg", "result", "crashes", "maxc"),
+    *("emsg", "result", "crashes", "maxc", "cancel"),
 ]
 
 Row = Sequence[Any]
@@ -161,7 +161,7 @@ def occurrence(row: Row) -> Occurrence:
     (
         occ_id, key, job, task, scope, plan, due, kind, state, att, max_att, overlap,
         payload, instance, lease, token, created, started, finished, code, message, result,
-        crashes, max_crashes,
+        crashes, max_crashes, cancel,
     ) = row  # fmt: skip
     return Occurrence(
         occ_id,
@@ -188,6 +188,7 @@ def occurrence(row: Row) -> Occurrence:
         json.loads(result) if result is not None else None,
         int(crashes) if crashes is not None else 0,
         int(max_crashes) if max_crashes is not None else DEFAULT_MAX_CRASHES,
+        cancel == "1",
     )
 
 
@@ -229,6 +230,7 @@ def inserted(item: NewOccurrence, args: Sequence[object], created: str, due: str
         None,
         0,
         int(item.max_crashes),
+        False,
     )
 
 

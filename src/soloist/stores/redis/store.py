@@ -11,6 +11,7 @@ from typing import Any
 from soloist.clock import Clock
 from soloist.errors import DuplicateJobError, StoreDataLostError, StoreError
 from soloist.models import (
+    CANCELLED_MESSAGE,
     Attempt,
     Claimed,
     DueBatch,
@@ -24,6 +25,7 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
+    Renewed,
     State,
     stream_slot,
 )
@@ -329,9 +331,25 @@ class RedisStore:
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> set[str]:
+    ) -> Renewed:
         ttl = lease_ttl // _US
-        return await self._runner("renew", instance_id, now, [ttl, *_pairs(claims)])
+        args = ["renew", instance_id, ttl, *_pairs(claims)]
+        ids: list[str] = await self._run("runner", self._at(now), args)
+        # A renewed id whose cancellation was requested comes as '!' + id.
+        return Renewed(
+            [i[1:] if i[:1] == "!" else i for i in ids], [i[1:] for i in ids if i[:1] == "!"]
+        )
+
+    async def occurrence_cancel(
+        self, occurrence_id: str, now: datetime | None = None
+    ) -> tuple[Occurrence, bool] | None:
+        args = ["cancel", "", occurrence_id, CANCELLED_MESSAGE]
+        reply = await self._run("runner", self._at(now), args)
+        if not reply:
+            return None
+        changed, text = reply
+        (occ,) = codec.occurrences(text)
+        return occ, bool(int(changed))
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None

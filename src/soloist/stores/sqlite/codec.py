@@ -99,6 +99,7 @@ def occurrence(row: sqlite3.Row) -> Occurrence:
         result=json.loads(row["result"]) if row["result"] is not None else None,
         crashes=row["crashes"],
         max_crashes=row["max_crashes"],
+        cancel_requested=bool(row["cancel_requested"]),
     )
 
 

@@ -20,14 +20,15 @@ from contextlib import contextmanager
 
 from soloist.clock import to_epoch_us
 from soloist.models import (
+    CANCELLED_MESSAGE,
     CLAIMABLE_STATES,
     CRASHED,
-    RELEASED,
     Attempt,
     ErrorCode,
     JobRecord,
     Occurrence,
     Overlap,
+    Renewed,
     State,
 )
 from soloist.stores.sqlite import codec
@@ -72,21 +73,70 @@ RETURNING *
 _RENEW = """
 UPDATE occurrences SET lease_expires_at = ?
 WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
-RETURNING id
+RETURNING id, cancel_requested
 """
+# A retry (?1 = 'failed') of a row whose cancellation was requested is not made: dead,
+# cancelled, finished at ?10 (see Store.occurrence_complete).
 _COMPLETE = """
-UPDATE occurrences SET state = ?, due_at = COALESCE(?, due_at), lease_expires_at = NULL,
-    finished_at = ?, error_code = ?, error_message = ?, result = ?
-WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
+UPDATE occurrences SET
+    state = CASE WHEN cancel_requested AND ?1 = 'failed' THEN 'dead' ELSE ?1 END,
+    due_at = CASE WHEN cancel_requested AND ?1 = 'failed' THEN due_at
+                  ELSE COALESCE(?2, due_at) END,
+    lease_expires_at = NULL,
+    finished_at = CASE WHEN cancel_requested AND ?1 = 'failed' THEN ?10 ELSE ?3 END,
+    error_code = CASE WHEN cancel_requested AND ?1 = 'failed' THEN 'cancelled' ELSE ?4 END,
+    error_message = ?5, result = ?6
+WHERE id = ?7 AND state = 'running' AND instance_id = ?8 AND fencing_token = ?9
 RETURNING id
 """
-_RELEASED_MESSAGE = "lease released before the attempt finished"
+_LOG_COMPLETE = """
+INSERT INTO attempts (occurrence_id, fencing_token, attempt, instance_id, started_at,
+    finished_at, outcome, error_code, error_message)
+SELECT id, fencing_token, attempt, instance_id, started_at, ?1,
+    CASE WHEN cancel_requested AND ?2 = 'failed' THEN 'dead' ELSE ?2 END,
+    CASE WHEN cancel_requested AND ?2 = 'failed' THEN 'cancelled' ELSE ?3 END, ?4
+FROM occurrences
+WHERE id = ?5 AND state = 'running' AND instance_id = ?6 AND fencing_token = ?7
+"""
+# (The messages are rows.RELEASED_MESSAGE and rows.RELEASED_CANCELLED, spelled out.)
+# A row whose cancellation was requested is not given back: dead, cancelled (?1: now).
 _RELEASE = """
-UPDATE occurrences SET state = CASE WHEN attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
-    attempt = MAX(attempt - 1, 0), lease_expires_at = NULL, error_code = ?,
-    error_message = 'lease released before the attempt finished'
-WHERE id = ? AND state = 'running' AND instance_id = ? AND fencing_token = ?
+UPDATE occurrences SET
+    state = CASE WHEN cancel_requested THEN 'dead'
+                 WHEN attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
+    attempt = CASE WHEN cancel_requested THEN attempt ELSE MAX(attempt - 1, 0) END,
+    finished_at = CASE WHEN cancel_requested THEN ?1 ELSE finished_at END,
+    lease_expires_at = NULL, error_code = 'cancelled',
+    error_message = CASE WHEN cancel_requested
+        THEN 'cancelled on request; its runner stopped before the attempt finished'
+        ELSE 'lease released before the attempt finished' END
+WHERE id = ?2 AND state = 'running' AND instance_id = ?3 AND fencing_token = ?4
 RETURNING id
+"""
+_LOG_RELEASE = """
+INSERT INTO attempts (occurrence_id, fencing_token, attempt, instance_id, started_at,
+    finished_at, outcome, error_code, error_message)
+SELECT id, fencing_token, attempt, instance_id, started_at, ?1,
+    CASE WHEN cancel_requested THEN 'dead' ELSE 'released' END, 'cancelled',
+    CASE WHEN cancel_requested
+        THEN 'cancelled on request; its runner stopped before the attempt finished'
+        ELSE 'lease released before the attempt finished' END
+FROM occurrences
+WHERE id = ?2 AND state = 'running' AND instance_id = ?3 AND fencing_token = ?4
+"""
+# Cancel (see Store.occurrence_cancel): a claimable row ends dead (cancelled) at ?1; a
+# running one only gets its flag. No row: finished, already requested, or unknown.
+_CANCEL = """
+UPDATE occurrences SET
+    state = CASE WHEN state = 'running' THEN state ELSE 'dead' END,
+    finished_at = CASE WHEN state = 'running' THEN finished_at ELSE ?1 END,
+    lease_expires_at = CASE WHEN state = 'running' THEN lease_expires_at ELSE NULL END,
+    error_code = CASE WHEN state = 'running' THEN error_code ELSE 'cancelled' END,
+    error_message = CASE WHEN state = 'running' THEN error_message ELSE ?2 END,
+    cancel_requested = 1
+WHERE id = ?3 AND (state IN ('scheduled', 'failed')
+                   OR (state = 'running' AND cancel_requested = 0))
+RETURNING *
 """
 # The audit record of an attempt is copied from its row before the fenced write ends it,
 # under the same fence and in the same transaction: a rejected write logs nothing.
@@ -107,14 +157,18 @@ _ANY_EXPIRED = "SELECT 1 FROM occurrences WHERE state = 'running' AND lease_expi
 # expressions read the row as it was before the update.
 _REAP = """
 UPDATE occurrences SET
-    state = CASE WHEN crashes >= max_crashes THEN 'dead'
+    state = CASE WHEN crashes >= max_crashes OR cancel_requested THEN 'dead'
                  WHEN attempt <= 1 THEN 'scheduled' ELSE 'failed' END,
-    attempt = CASE WHEN crashes < max_crashes THEN MAX(attempt - 1, 0) ELSE attempt END,
+    attempt = CASE WHEN crashes < max_crashes AND NOT cancel_requested
+                   THEN MAX(attempt - 1, 0) ELSE attempt END,
     crashes = crashes + 1,
-    finished_at = CASE WHEN crashes < max_crashes THEN NULL ELSE :now END,
+    finished_at = CASE WHEN crashes < max_crashes AND NOT cancel_requested
+                       THEN NULL ELSE :now END,
     lease_expires_at = NULL,
-    error_code = CASE WHEN crashes < max_crashes THEN :expired ELSE :loop END,
+    error_code = CASE WHEN cancel_requested THEN 'cancelled'
+                      WHEN crashes < max_crashes THEN :expired ELSE :loop END,
     error_message = 'lease of ' || COALESCE(instance_id, '?') || CASE
+        WHEN cancel_requested THEN ' expired after its cancellation was requested'
         WHEN crashes < max_crashes
         THEN ' expired (crash ' || (crashes + 1) || ' of ' || max_crashes || ' allowed)'
         ELSE ' expired (crash ' || (crashes + 1) || ', max_crashes=' || max_crashes
@@ -275,17 +329,18 @@ def _fenced_updates(
     now: Now,
     params: Params,
     logs: Params | None = None,
+    log_sql: str = _LOG_ATTEMPT,
 ) -> set[str]:
     """Run one fenced ``UPDATE ... RETURNING id`` per item of ``params(now)``, all in one
     transaction; with ``logs`` (``logs(now)``: one per item), first append each attempt's
-    audit record."""
+    audit record (``log_sql``)."""
     applied: set[str] = set()
     with transaction(conn):
         at = now()
         records = logs(at) if logs is not None else None
         for index, item in enumerate(params(at)):
             if records is not None:
-                conn.execute(_LOG_ATTEMPT, records[index])
+                conn.execute(log_sql, records[index])
             row = conn.execute(sql, item).fetchone()
             if row is not None:
                 applied.add(row[0])
@@ -298,11 +353,30 @@ def lease_renew(
     claims: Sequence[tuple[str, int]],
     lease_ttl_us: int,
     now: Now,
-) -> set[str]:
-    def params(at: int) -> list[tuple[object, ...]]:
-        return [(at + lease_ttl_us, i, instance_id, t) for i, t in claims]
+) -> Renewed:
+    renewed: list[str] = []
+    cancel: list[str] = []
+    with transaction(conn):
+        lease = now() + lease_ttl_us
+        for occurrence_id, token in claims:
+            row = conn.execute(_RENEW, (lease, occurrence_id, instance_id, token)).fetchone()
+            if row is not None:
+                renewed.append(row[0])
+                if row[1]:
+                    cancel.append(row[0])
+    return Renewed(renewed, cancel)
 
-    return _fenced_updates(conn, _RENEW, now, params)
+
+def occurrence_cancel(
+    conn: sqlite3.Connection, occurrence_id: str, now: Now
+) -> tuple[Occurrence, bool] | None:
+    """See Store.occurrence_cancel: one write transaction, so no claim interleaves."""
+    with transaction(conn):
+        row = conn.execute(_CANCEL, (now(), CANCELLED_MESSAGE, occurrence_id)).fetchone()
+        if row is not None:
+            return codec.occurrence(row), True
+        row = conn.execute("SELECT * FROM occurrences WHERE id = ?", (occurrence_id,)).fetchone()
+    return (codec.occurrence(row), False) if row is not None else None
 
 
 def occurrence_complete(
@@ -316,27 +390,22 @@ def occurrence_complete(
         for state, retry_at, *rest in outcomes:
             retry = state == State.FAILED.value
             due = (retry_at if retry_at is not None else at) if retry else None
-            out.append((state, due, None if retry else at, *rest))
+            out.append((state, due, None if retry else at, *rest, at))
         return out
 
     def logs(at: int) -> list[tuple[object, ...]]:
         return [(at, o[0], o[2], o[3], *o[5:8]) for o in outcomes]
 
-    return _fenced_updates(conn, _COMPLETE, now, params, logs)
+    return _fenced_updates(conn, _COMPLETE, now, params, logs, _LOG_COMPLETE)
 
 
 def lease_release(
     conn: sqlite3.Connection, instance_id: str, claims: Sequence[tuple[str, int]], now: Now
 ) -> set[str]:
-    cancelled = ErrorCode.CANCELLED.value
+    def params(at: int) -> list[tuple[object, ...]]:
+        return [(at, i, instance_id, t) for i, t in claims]
 
-    def logs(at: int) -> list[tuple[object, ...]]:
-        return [(at, RELEASED, cancelled, _RELEASED_MESSAGE, i, instance_id, t) for i, t in claims]
-
-    def params(_at: int) -> list[tuple[object, ...]]:
-        return [(cancelled, i, instance_id, t) for i, t in claims]
-
-    return _fenced_updates(conn, _RELEASE, now, params, logs)
+    return _fenced_updates(conn, _RELEASE, now, params, params, _LOG_RELEASE)
 
 
 def occurrence_reap(conn: sqlite3.Connection, now: Now) -> list[Occurrence]:

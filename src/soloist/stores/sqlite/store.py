@@ -28,6 +28,7 @@ from soloist.models import (
     PartitionLease,
     PlanAdvance,
     PlanCursor,
+    Renewed,
     State,
     stream_slot,
 )
@@ -297,10 +298,16 @@ class SQLiteStore:
         claims: Sequence[Claimed],
         lease_ttl: timedelta,
         now: datetime | None = None,
-    ) -> set[str]:
+    ) -> Renewed:
         ttl, at = _us(lease_ttl), self._at(now)
         pairs = [(claim.id, claim.fencing_token) for claim in claims]
         return await self._run(lambda c: ops.lease_renew(c, instance_id, pairs, ttl, at))
+
+    async def occurrence_cancel(
+        self, occurrence_id: str, now: datetime | None = None
+    ) -> tuple[Occurrence, bool] | None:
+        at = self._at(now)
+        return await self._run(lambda c: ops.occurrence_cancel(c, occurrence_id, at))
 
     async def occurrence_complete(
         self, instance_id: str, outcomes: Sequence[Outcome], now: datetime | None = None

@@ -36,6 +36,7 @@ from soloist.testing.conformance.base import (
     new_occurrence,
 )
 from soloist.testing.conformance.backfill import BackfillConformance
+from soloist.testing.conformance.cancellation import CancelConformance
 from soloist.testing.conformance.checks import CheckConformance
 from soloist.testing.conformance.claims import ClaimConformance, work_wait
 from soloist.testing.conformance.counts import CountConformance
@@ -65,6 +66,7 @@ class StoreConformance(
     OccurrenceConformance,
     ClaimConformance,
     LeaseConformance,
+    CancelConformance,
     AttemptConformance,
     CountConformance,
     HistoryConformance,

@@ -15,10 +15,11 @@ end
 local HORIZON = 60000000
 -- Fields of an occurrence hash, in the order soloist.stores.redis.codec reads them.
 -- 'crashes' and 'maxc' (max_crashes) are missing from rows written before they existed:
--- read as 0 and 3 (see codec.occurrence and reap.lua).
+-- read as 0 and 3 (see codec.occurrence and reap.lua). 'cancel' is '1' once the row's
+-- cancellation was requested (runner.lua's cancel), missing otherwise.
 local FIELDS = {'id', 'key', 'job', 'task', 'scope', 'plan', 'due', 'kind', 'state', 'att',
   'max', 'ovl', 'payload', 'inst', 'lease', 'tok', 'created', 'started', 'finished', 'ecode',
-  'emsg', 'result', 'crashes', 'maxc'}
+  'emsg', 'result', 'crashes', 'maxc', 'cancel'}
 
 local function us(n)
   return string.format('%.0f', n)
@@ -166,7 +167,7 @@ end
 
 -- The fields a runner's write reads: the fence, and what the attempt record needs.
 local HELD = {'state', 'inst', 'tok', 'job', 'scope', 'task', 'ord', 'att', 'started', 'max', 'due',
-  'crashes', 'maxc', 'busy'}
+  'crashes', 'maxc', 'busy', 'cancel'}
 local function held(id, tok, instance)
   local h = redis.call('HMGET', okey(id), unpack(HELD))
   if h[1] ~= 'running' or h[2] ~= instance or h[3] ~= tok then return nil end

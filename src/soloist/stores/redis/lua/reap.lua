@@ -16,7 +16,15 @@ for _, id in ipairs(ids) do
     local crash = us(crashes + 1)
     local runner = 'lease of ' .. (h[2] or '?') .. ' expired (crash ' .. crash
     stopped(id, h)
-    if crashes < maxc then
+    if h[15] == '1' then
+      -- Its cancellation was requested: it does not run again, whatever its budget.
+      local message = 'lease of ' .. (h[2] or '?') .. ' expired after its cancellation was requested'
+      log(id, h, 'dead', 'cancelled', message)
+      redis.call('HSET', k, 'state', 'dead', 'crashes', crash, 'maxc', us(maxc),
+        'finished', NOW_US, 'ecode', 'cancelled', 'emsg', message)
+      finished(h[7])
+      move(h[7], h[4], 'running', 'dead')
+    elseif crashes < maxc then
       local att = tonumber(h[8])
       local state = 'scheduled'
       if att > 1 then state = 'failed' end
