@@ -11,6 +11,7 @@ import pytest
 from ticks import plan_tick, started
 
 from soloist import ConfigError, Scheduler, cron, every
+from soloist.errors import LeaseLostError
 from soloist.models import State
 from soloist.runtime import Runtime
 from soloist.stores.memory import MemoryStore
@@ -114,6 +115,24 @@ async def test_soloist_timeouts_keep_retrying_whatever_retry_on_says(
     )
     assert by_handler is not None and by_handler.state is State.DEAD
     assert "TimeoutError is not in retry_on" in (by_handler.error_message or "")
+
+
+async def test_a_lost_lease_is_not_refused_by_no_retry_on(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A run that lost its lease writes nothing (the occurrence is reaped and runs again,
+    as after a crash), even when no_retry_on lists every exception."""
+    app = make_app(clock, store)
+
+    @app.task(retries=1, no_retry_on=(BaseException,))
+    def cut_off(ctx) -> None:  # type: ignore[no-untyped-def]
+        raise LeaseLostError("the store said another runner holds it")
+
+    runtime = await started(app)
+    occ_id = await app.aenqueue(cut_off)
+    await run_once(runtime)
+    occ = await store.occurrence_get(occ_id)
+    assert occ is not None and (occ.state, occ.error_code) == (State.RUNNING, None)
 
 
 async def test_no_retry_on_applies_to_jobs_and_base_exceptions(
