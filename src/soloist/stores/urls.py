@@ -100,6 +100,11 @@ def history_bounds(
     age = options.get("history_age")
     history_age = default_age
     if age is not None:
-        what = f"history_age in {kind} store URL {shown!r}"
-        history_age = parse_duration(age if age != "0" else 0, what=what, allow_zero=True)
+        try:
+            history_age = parse_duration(age if age != "0" else 0, allow_zero=True)
+        except ConfigError:
+            raise ConfigError(
+                f"invalid history_age {age!r} in {kind} store URL {shown!r}: expected a "
+                "duration such as '30d', '12h' or '90m' (0: no limit)"
+            ) from None
     return history_max, history_age if history_age > timedelta(0) else None
