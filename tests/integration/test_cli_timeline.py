@@ -1,5 +1,9 @@
 """`soloist next` and `soloist backfill`, run as the real command against a SQLite store
-holding a dynamic schedule (added through the library; no instance needs to run)."""
+holding a dynamic schedule (added through the library; no instance needs to run).
+
+The bad-input test runs the command in this process (click's ``CliRunner`` invokes
+``soloist.cli.main`` as the installed script does), which is fast; the others run the
+installed script as a subprocess."""
 
 from __future__ import annotations
 
@@ -12,8 +16,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
 from soloist import Scheduler, cron
+from soloist.cli import main
 
 SOLOIST = Path(sys.executable).parent / "soloist"
 
@@ -35,9 +41,16 @@ def ok(store: str, *args: str) -> str:
     return done.stdout
 
 
-def refused(done: subprocess.CompletedProcess[str], *names: str) -> None:
+def in_process(store: str, *args: str) -> Result:
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("SOLOIST_")}
+    return CliRunner(env=env).invoke(main, [*args, "--store", store])
+
+
+def refused(done: Result, *names: str) -> None:
     """Exit 2 and one `error:` line naming the bad value, no traceback."""
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise AssertionError(f"a traceback: {done.exception!r}") from done.exception
+    assert done.exit_code == 2, (done.exit_code, done.output)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     for name in names:
@@ -103,19 +116,19 @@ def test_backfill_twice_adds_nothing_the_second_time(store: str) -> None:
 def test_bad_input_gets_one_error_line_and_writes_nothing(store: str) -> None:
     """An unknown job, a bad count, a range in the future, unreadable or too long: exit 2
     with one line naming the value; nothing is planned."""
-    refused(soloist(store, "next", "nope"), "unknown job 'nope'", "weekly")
-    refused(soloist(store, "next", "weekly", "--count", "0"), "--count", "0")
+    refused(in_process(store, "next", "nope"), "unknown job 'nope'", "weekly")
+    refused(in_process(store, "next", "weekly", "--count", "0"), "--count", "0")
     refused(
-        soloist(store, "backfill", "weekly", "--start", "2020-01-01", "--end", "2999-01-01"),
+        in_process(store, "backfill", "weekly", "--start", "2020-01-01", "--end", "2999-01-01"),
         "2999-01-01",
         "future",
     )
     refused(
-        soloist(store, "backfill", "weekly", "--start", "soon", "--end", "2026-01-01"), "'soon'"
+        in_process(store, "backfill", "weekly", "--start", "soon", "--end", "2026-01-01"), "'soon'"
     )
     refused(
-        soloist(store, "backfill", "weekly", "--start", "1600-01-01", "--end", "2026-01-01"),
+        in_process(store, "backfill", "weekly", "--start", "1600-01-01", "--end", "2026-01-01"),
         "more than 10000 instants",
     )
-    refused(soloist(store, "backfill", "weekly", "--start", "2026-01-01"), "--end")
-    assert ok(store, "history", "--json") == ""
+    refused(in_process(store, "backfill", "weekly", "--start", "2026-01-01"), "--end")
+    assert in_process(store, "history", "--json").stdout == ""
