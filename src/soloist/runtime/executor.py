@@ -15,6 +15,12 @@ wake-up from the store (:meth:`Store.work_wait`: PostgreSQL's LISTEN/NOTIFY tell
 when another instance makes work due), work created in this process (enqueue, trigger,
 planning, a reaped lease), or ``poll_interval`` at most (stores that cannot notify).
 
+**Cancellation.** A lease renewal also reports the runs whose cancellation was requested
+(:meth:`Store.occurrence_cancel`): :meth:`Executor.cancel` then cancels an async handler,
+sets ``ctx.cancelled`` for a sync one (which cannot be interrupted), and records a run
+still waiting for a slot without starting it; such a run is recorded ``dead`` with
+``cancelled`` however it ends, never retried.
+
 The per-run path is kept short for many small tasks: log records are only built when
 their level is enabled, and async handlers run on the loop without a thread hop.
 

@@ -8,7 +8,9 @@ than its interval. Once a run's lease has gone unrenewed until ``sent + ttl - ma
 (see :func:`~soloist.runtime.executor.lease_margin`) this instance stops trusting it: the
 handler is told (``ctx.lease_lost``; async handlers are cancelled) and nothing is written,
 so the occurrence runs again once reaped. The heartbeater wakes at that deadline, not at
-its next beat, so this happens before the store can expire the lease.
+its next beat, so this happens before the store can expire the lease. A renewal also reports
+the runs whose cancellation was requested (no round trip of its own): the executor stops
+them (:meth:`~soloist.runtime.executor.Executor.cancel`).
 
 The reaper runs on every instance: it turns ``running`` occurrences whose lease expired
 (their runner died, froze, or lost the store) back into claimable ones: a crash is not a
