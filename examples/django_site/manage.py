@@ -8,7 +8,7 @@ From this directory (``pip install django`` first):
     curl -X POST localhost:8000/signup -d email=ada@example.com
     python manage.py soloist history       # what ran; also: status, jobs, trigger ...
 
-The store is ``SOLOIST_STORE_URL``, by default ``soloist.db`` in this directory.
+The store is ``SOLOIST_STORE_URL``, by default the project's database (``db.sqlite3``).
 """
 
 from __future__ import annotations

@@ -18,5 +18,8 @@ USE_TZ = True
 
 # The scheduler of this project ("module:attribute"), for `manage.py soloist ...`.
 SOLOIST_APP = "shop.tasks:app"
-# The store every process of the project uses (the site and `manage.py soloist run`).
-SOLOIST_STORE_URL = os.environ.get("SOLOIST_STORE_URL", f"sqlite:///{BASE_DIR / 'soloist.db'}")
+# The project's database. soloist keeps its tables there too (soloist.contrib.django's
+# store_url(), in shop/tasks.py), unless SOLOIST_STORE_URL names another store.
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}
+}

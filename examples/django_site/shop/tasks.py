@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from soloist import JobContext, Scheduler, cron
+from soloist.contrib.django import store_url
 
-app = Scheduler(settings.SOLOIST_STORE_URL)
+# settings.SOLOIST_STORE_URL, else the SOLOIST_STORE_URL variable, else settings.DATABASES.
+app = Scheduler(store_url())
 
 
 @app.task(retries=3, backoff="exponential", timeout="1m")

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from soloist.contrib.django.db import closing_old_connections, manage_db_connections
 from soloist.contrib.django.settings import SETTING, app_spec, get_scheduler
+from soloist.contrib.django.stores import database_store_url, store_url
 
 __all__ = [
     "SETTING",
     "app_spec",
     "closing_old_connections",
+    "database_store_url",
     "get_scheduler",
     "manage_db_connections",
+    "store_url",
 ]
