@@ -65,9 +65,11 @@ class Server:
         token: str | None,
         *,
         mounted: bool = False,
+        app: str = APP,
     ):
         """``mounted``: serve ``apps/mounted.py`` with uvicorn (the dashboard under
-        ``/ops/``) instead of ``soloist run --http``."""
+        ``/ops/``) instead of ``soloist run --http``. ``app``: what ``soloist run`` runs
+        (the browser tests' app by default)."""
         self.instance_id = instance_id
         self.store_url = store_url
         self.port = free_port()
@@ -81,7 +83,7 @@ class Server:
             command = [sys.executable, "-m", "uvicorn", "mounted:web", "--app-dir", str(APPS)]
             command += ["--host", "127.0.0.1", "--port", str(self.port)]
         else:
-            command = [SOLOIST, "run", APP, "--http", f"127.0.0.1:{self.port}"]
+            command = [SOLOIST, "run", app, "--http", f"127.0.0.1:{self.port}"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir
