@@ -839,7 +839,22 @@ class EtcdStore:
         *,
         dry_run: bool = False,
     ) -> int:
-        """See the protocol; :meth:`trim_history` with the bounds given."""
+        """See the protocol; :meth:`trim_history` with the bounds given, in steps of at
+        most :data:`TRIM_BATCH` (a dry run counts in one read)."""
+        if dry_run:
+            return await self._prune_step(before, keep, limit, dry_run=True)
+        total = 0
+        while total < limit:
+            step = min(TRIM_BATCH, limit - total)
+            deleted = await self._prune_step(before, keep, step)
+            total += deleted
+            if deleted < step:
+                break
+        return total
+
+    async def _prune_step(
+        self, before: datetime | None, keep: int | None, limit: int, *, dry_run: bool = False
+    ) -> int:
         start, end = self._prefix("h")
         victims: list[Any] = []
         if before is not None:
