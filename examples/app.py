@@ -6,7 +6,7 @@ Run it (as many copies as you like, against one store):
 
 and, from another shell, queue a task and look at the history:
 
-    soloist enqueue resize_image --app examples/app.py:app --json '{"path": "cat.png"}'
+    soloist enqueue resize_image --app examples/app.py:app --payload '{"path": "cat.png"}'
     soloist history --limit 10
 """
 

@@ -5,7 +5,7 @@ Run it (as many copies as you like, against one store):
     python examples/script.py
 
 Each copy is an instance: every 2 seconds one of them runs ``tick``, and a task queued
-from anywhere (``soloist enqueue greet --app examples/script.py:app --json
+from anywhere (``soloist enqueue greet --app examples/script.py:app --payload
 '{"name": "Ada"}'``) runs once. ``soloist history --limit 5`` shows what ran where.
 """
 

@@ -105,8 +105,15 @@ def expected_runs(enqueue_source: str) -> tuple[str, Counter[str]]:
             continue
         if key is not None:
             seen_keys.add(key)
-        runs[keyword(call, "to")] += 1
+        runs[payload_of(call)["to"]] += 1
     return tasks.pop(), runs
+
+
+def payload_of(call: ast.Call) -> Any:
+    """The payload of an ``enqueue(task, payload, ...)`` call (a literal dict)."""
+    if len(call.args) > 1:
+        return ast.literal_eval(call.args[1])
+    return keyword(call, "payload")
 
 
 def interval_jobs(app_source: str) -> list[str]:

@@ -106,7 +106,8 @@ class CheckedStore:
 
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> list[int]:
-        return list(await self.driver.migrate())
+        # A store written for soloist 0.1 returns None: it applied nothing it can name.
+        return list(await self.driver.migrate() or [])
 
     async def close(self) -> None:
         await self.driver.close()
