@@ -49,17 +49,26 @@ SCHEMES = tuple(DRIVERS)
 
 
 def check_store_url(url: str) -> str:
-    """Return the scheme of ``url``, or raise ConfigError naming it and the schemes there
-    are."""
+    """Return the scheme of ``url``, or raise ConfigError naming it and every scheme there
+    is: the one check of a URL's scheme (the drivers check the rest of their URLs)."""
+    if not isinstance(url, str):
+        raise ConfigError(f"invalid store URL {url!r}: expected a string such as {_EXAMPLES}")
     scheme, sep, _ = url.partition("://")
-    if not sep:
-        raise ConfigError(f"invalid store URL {url!r}: expected 'sqlite:///path.db' or 'memory://'")
-    if scheme not in DRIVERS:
-        known = ", ".join(f"'{name}'" for name in DRIVERS)
+    if not sep or not scheme:
         raise ConfigError(
-            f"unsupported store URL scheme {scheme!r} in {mask_url(url)!r}: expected one of {known}"
+            f"invalid store URL {mask_url(url)!r}: expected SCHEME://..., with a scheme "
+            f"among {_KNOWN} (e.g. {_EXAMPLES})"
+        )
+    if scheme not in DRIVERS:
+        raise ConfigError(
+            f"unsupported store URL scheme {scheme!r} in {mask_url(url)!r}: expected one of "
+            f"{_KNOWN}"
         )
     return scheme
+
+
+_KNOWN = ", ".join(f"'{name}'" for name in DRIVERS)
+_EXAMPLES = "'sqlite:///soloist.db', 'postgresql://host/db', 'redis://host:6379/0'"
 
 
 def open_store(
