@@ -125,9 +125,12 @@ def variables_read_by_the_tests() -> set[str]:
 
 
 def test_no_page_mentions_an_environment_variable_that_does_not_exist() -> None:
-    """Every ``SOLOIST_*`` name anywhere in the docs is one the code reads (or the Django
+    """Every ``SOLOIST_*`` name anywhere in the docs is one the code reads (or a Django
     setting of the same family), or one the test suite reads (on the pages about it)."""
-    known = variables_read_by_the_code() | variables_read_by_the_tests() | {"SOLOIST_APP"}
+    from soloist.contrib.django.stores import DATABASE_SETTING, OPTIONS_SETTING
+
+    django_settings = {"SOLOIST_APP", DATABASE_SETTING, OPTIONS_SETTING}
+    known = variables_read_by_the_code() | variables_read_by_the_tests() | django_settings
     for path in sorted(DOCS.rglob("*.md")):
         unknown = set(ENV_NAME.findall(path.read_text(encoding="utf-8"))) - known
         assert not unknown, f"{path.relative_to(DOCS)} mentions {sorted(unknown)}"
