@@ -20,6 +20,4 @@ USE_TZ = True
 SOLOIST_APP = "shop.tasks:app"
 # The project's database. soloist keeps its tables there too (soloist.contrib.django's
 # store_url(), in shop/tasks.py), unless SOLOIST_STORE_URL names another store.
-DATABASES = {
-    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}
-}
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}}
