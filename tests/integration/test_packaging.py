@@ -4,6 +4,7 @@ their metadata as PyPI shows it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
@@ -109,3 +110,26 @@ def test_the_wheel_holds_the_library_and_its_data_only(dist: Dist) -> None:
     assert any(f.startswith("soloist/stores/redis/lua/") for f in files)
     tops = {f.split("/", 1)[0] for f in files}
     assert tops == {"soloist", f"soloist-{soloist.__version__}.dist-info"}, tops
+
+
+def test_a_missing_psycopg_binding_says_how_to_install_one(tmp_path: Path) -> None:
+    """soloist[postgres] leaves psycopg's libpq binding to the application: when the one
+    psycopg must use is not installed (here the C one, PSYCOPG_IMPL=c), opening a
+    PostgreSQL store says what to install, in one line, exit 2."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "soloist"), "status"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PSYCOPG_IMPL": "c",
+            "SOLOIST_STORE_URL": "postgresql://127.0.0.1:5432/test",
+        },
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: store URL scheme 'postgresql' needs psycopg 3"), line
+    assert "pip install 'soloist[postgres]' 'psycopg[binary]'" in line, line
+    assert "psycopg 'c' implementation" in line, line

@@ -26,20 +26,31 @@ __all__ = ["DEFAULT_STORE_URL", "CheckedStore", "Store", "check_store_url", "che
 class Driver:
     """Where the driver of a URL scheme lives, imported only when a URL needs it: a class
     built as ``cls(url, clock=..., lease_ttl=...)``, and the extra that installs what it
-    imports (None: nothing to install). A new store adds one entry to :data:`DRIVERS`."""
+    imports (None: nothing to install), and what else to install beside it (``also``: a
+    choice the extra leaves to the application). A new store adds one entry to
+    :data:`DRIVERS`."""
 
     module: str
     cls: str
     extra: str | None = None
     needs: str = ""
+    also: str = ""
 
+
+# soloist[postgres] installs psycopg without a libpq binding: the application picks one, and
+# without any psycopg fails to import ("no pq wrapper available").
+_PSYCOPG_BINDING = " 'psycopg[binary]' (or psycopg[c], or the system's libpq)"
 
 #: The store of each URL scheme.
 DRIVERS: dict[str, Driver] = {
     "sqlite": Driver("soloist.stores.sqlite", "SQLiteStore"),
     "memory": Driver("soloist.stores.memory", "MemoryStore"),
-    "postgresql": Driver("soloist.stores.postgres", "PostgresStore", "postgres", "psycopg 3"),
-    "postgres": Driver("soloist.stores.postgres", "PostgresStore", "postgres", "psycopg 3"),
+    "postgresql": Driver(
+        "soloist.stores.postgres", "PostgresStore", "postgres", "psycopg 3", _PSYCOPG_BINDING
+    ),
+    "postgres": Driver(
+        "soloist.stores.postgres", "PostgresStore", "postgres", "psycopg 3", _PSYCOPG_BINDING
+    ),
     "redis": Driver("soloist.stores.redis", "RedisStore", "redis", "redis-py"),
     "rediss": Driver("soloist.stores.redis", "RedisStore", "redis", "redis-py"),
     "etcd": Driver("soloist.stores.etcd", "EtcdStore", "etcd", "aetcd"),
@@ -89,7 +100,7 @@ def open_store(
         scheme = url.partition("://")[0]
         raise ConfigError(
             f"store URL scheme {scheme!r} needs {driver.needs}: "
-            f"pip install 'soloist[{driver.extra}]' ({exc})"
+            f"pip install 'soloist[{driver.extra}]'{driver.also} ({exc})"
         ) from None
     store: Store = getattr(module, driver.cls)(url, clock=clock, lease_ttl=lease_ttl)
     return checked(store)
