@@ -136,8 +136,10 @@ class Operations:
         *,
         delay: object = None,
         batch: int = ENQUEUE_BATCH,
+        trace: JSONDict | None = None,
     ) -> int:
-        """Queue one run of ``task`` per payload; returns how many were queued.
+        """Queue one run of ``task`` per payload; returns how many were queued (``trace``:
+        the enqueue's trace context, stored with each payload, see soloist.tracing).
 
         Every payload is checked before anything is written: one bad payload queues
         nothing. Rows go to the store in chunks of ``batch``, each one atomic
@@ -155,7 +157,7 @@ class Operations:
             if keys not in bound:
                 _check_binds(spec, data)
                 bound.add(keys)
-            checked.append(data)
+            checked.append(data if trace is None else {**data, TRACE_KEY: trace})
         store = await self._store()
         due = await store.now()
         if delay is not None:

@@ -322,7 +322,16 @@ class Scheduler:
     ) -> int:
         """Queue ``task`` once per payload, ``batch`` rows per store call; returns how
         many. All payloads are validated before any is written."""
-        return await self.ops.enqueue_many(task, payloads, delay=delay, batch=batch)
+        if not self._tracing():
+            return await self.ops.enqueue_many(task, payloads, delay=delay, batch=batch)
+        with tracing.enqueue_span(
+            task if isinstance(task, str) else getattr(task, "__name__", "")
+        ) as (span, context):
+            count = await self.ops.enqueue_many(
+                task, payloads, delay=delay, batch=batch, trace=context
+            )
+            span.set_attribute("messaging.batch.message_count", count)
+        return count
 
     enqueue_many = sync_twin(aenqueue_many)
 

@@ -150,3 +150,39 @@ def test_without_a_tracer_provider_nothing_is_traced_or_stored() -> None:
     ).stdout
     got = json.loads(out.strip().splitlines()[-1])
     assert got == {"payloads": [{"n": 0}, {"n": 1}, {"n": 2}], "checks": 1, "wrapped": False}
+
+
+async def test_a_batch_enqueue_is_one_span_that_parents_each_run(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """enqueue_many makes one PRODUCER span counting the batch; the run of each payload is
+    its child."""
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    names: list[str] = []
+
+    def app(instance_id: str, **settings: Any) -> Scheduler:
+        made = Scheduler(url, instance_id=instance_id, **settings)
+
+        @made.task()
+        def greet(ctx: JobContext, name: str) -> None:
+            names.append(name)
+
+        return made
+
+    producer, consumer = app("web"), app("worker", poll_interval="20ms")
+    assert await producer.aenqueue_many("greet", [{"name": "a"}, {"name": "b"}]) == 2
+    await consumer.start()
+    try:
+        for _ in range(250):
+            if len([s for s in spans.get_finished_spans() if s.kind is SpanKind.CONSUMER]) == 2:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+    (send,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.PRODUCER]
+    runs = [s for s in spans.get_finished_spans() if s.kind is SpanKind.CONSUMER]
+    assert send.attributes is not None
+    assert send.attributes["messaging.batch.message_count"] == 2
+    assert sorted(names) == ["a", "b"] and len(runs) == 2
+    assert all(r.parent is not None and r.parent.span_id == send.context.span_id for r in runs)
