@@ -250,9 +250,11 @@ def test_async_twins_named_in_the_api_reference_exist() -> None:
 
 
 def test_readme_links_to_docs_exist() -> None:
-    """Every link from README.md into docs/ points at a file that exists."""
+    """Every link from README.md into docs/ (absolute, so that it works on PyPI too: see
+    tests/unit/test_readme_links.py) points at a file that exists."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    targets = re.findall(r"\]\((docs/[^)#]+)", readme)
+    repo = re.escape("https://github.com/soloist-dev/soloist/blob/main/")
+    targets = re.findall(rf"\]\({repo}(docs/[^)#]+)", readme)
     assert targets
     for target in targets:
         assert (ROOT / target).is_file(), target
