@@ -98,9 +98,59 @@ def _sqlite_url(database: Mapping[str, Any], where: str) -> str:
     return f"sqlite:///{os.path.abspath(name)}"
 
 
-def _postgres_url(database: Mapping[str, Any]) -> str:
-    from psycopg import pq
+#: libpq's connection parameters that Django's OPTIONS may hold (PostgreSQL's "Parameter
+#: Key Words"), less those DATABASES has fields for; the rest of OPTIONS is Django's own
+#: (isolation_level, pool, server_side_binding, assume_role...) and stays out of the URL.
+#: Listed here because only soloist.stores may import a database driver.
+LIBPQ_PARAMETERS = frozenset(
+    [
+        "application_name",
+        "channel_binding",
+        "client_encoding",
+        "connect_timeout",
+        "fallback_application_name",
+        "gssdelegation",
+        "gssencmode",
+        "gsslib",
+        "hostaddr",
+        "keepalives",
+        "keepalives_count",
+        "keepalives_idle",
+        "keepalives_interval",
+        "krbsrvname",
+        "load_balance_hosts",
+        "max_protocol_version",
+        "min_protocol_version",
+        "oauth_client_id",
+        "oauth_client_secret",
+        "oauth_issuer",
+        "oauth_scope",
+        "options",
+        "passfile",
+        "require_auth",
+        "requirepeer",
+        "service",
+        "ssl_max_protocol_version",
+        "ssl_min_protocol_version",
+        "sslcert",
+        "sslcertmode",
+        "sslcompression",
+        "sslcrl",
+        "sslcrldir",
+        "sslkey",
+        "sslkeylogfile",
+        "sslmode",
+        "sslnegotiation",
+        "sslpassword",
+        "sslrootcert",
+        "sslsni",
+        "target_session_attrs",
+        "tcp_user_timeout",
+    ]
+)
 
+
+def _postgres_url(database: Mapping[str, Any]) -> str:
     user = str(database.get("USER") or "")
     password = str(database.get("PASSWORD") or "")
     host = str(database.get("HOST") or "")
@@ -117,9 +167,8 @@ def _postgres_url(database: Mapping[str, Any]) -> str:
     netloc = auth + host + (f":{port}" if port else "")
     # OPTIONS holds psycopg's connect() arguments; the libpq parameters among them (sslmode,
     # sslrootcert, connect_timeout, options, service...) belong in the URL too.
-    libpq = {d.keyword.decode() for d in pq.Conninfo.get_defaults()}
     for key, value in dict(database.get("OPTIONS") or {}).items():
-        if key in libpq and key not in ("user", "password", "host", "port", "dbname"):
+        if key in LIBPQ_PARAMETERS:
             query[key] = str(value)
     tail = f"?{urlencode(query)}" if query else ""
     return f"postgresql://{netloc}/{quote(name, safe='')}{tail}"
