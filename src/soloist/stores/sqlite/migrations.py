@@ -182,10 +182,11 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
         # 7: history retention (soloist.stores.sqlite.history). Partial indexes of the
         # finished rows only: claims, renewals and releases (no finish time) never touch
         # them. By finish time, for the oldest-first walk; by job and finish time, for
-        # keeping each job's newest finished row. Creating them reads the table once.
-        "CREATE INDEX occurrences_finished ON occurrences (finished_at) "
+        # keeping each job's newest finished row. Creating them reads the table once,
+        # holding the write lock (about a second per million rows).
+        "CREATE INDEX IF NOT EXISTS occurrences_finished ON occurrences (finished_at) "
         "WHERE finished_at IS NOT NULL",
-        "CREATE INDEX occurrences_job_finished ON occurrences (job, finished_at) "
+        "CREATE INDEX IF NOT EXISTS occurrences_job_finished ON occurrences (job, finished_at) "
         "WHERE finished_at IS NOT NULL",
     ),
 )
