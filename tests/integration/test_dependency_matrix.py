@@ -6,7 +6,7 @@ the other major release of each one, in a pytest subprocess whose ``PYTHONPATH``
 with a directory holding that release (``pip install --target``, made once and kept under
 the venv, so a warm run costs only the tests):
 
-* redis-py: the Redis store conformance suite;
+* redis-py (the other major and the lowest allowed, 5): the Redis store conformance suite;
 * Starlette: the HTTP endpoint's tests (an app served in-process, mounted under a prefix,
   and real ``soloist run --http`` processes);
 * Django: a worker started by ``manage.py soloist run`` running a task a view enqueued, and
@@ -111,9 +111,12 @@ def run_suite(requirement: str, module: str, tests: list[str]) -> None:
     assert " passed" in summary and "skipped" not in summary, summary
 
 
-def test_redis_store_conformance_with_the_other_redis_py_major() -> None:
-    """The Redis store passes the conformance suite with redis-py 7 as with 8."""
-    run_suite(other_redis(), "redis", ["tests/conformance/test_redis_store.py"])
+@pytest.mark.parametrize("which", ["other major", "lowest allowed"])
+def test_redis_store_conformance_with_other_redis_py_releases(which: str) -> None:
+    """The Redis store passes the conformance suite with redis-py 7 as with 8, and with
+    the lowest release the range allows (5)."""
+    requirement = other_redis() if which == "other major" else "redis==5.*"
+    run_suite(requirement, "redis", ["tests/conformance/test_redis_store.py"])
 
 
 def test_http_endpoint_with_the_other_starlette_major() -> None:
