@@ -77,6 +77,9 @@ def test_the_project_urls_and_classifiers(dist: Dist) -> None:
     urls = dict(u.split(", ", 1) for u in dist.metadata.get_all("Project-URL") or [])
     assert sorted(urls) == sorted(URLS)
     assert all(u.startswith("https://") for u in urls.values()), urls
+    mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert f"\nsite_url: {urls['Documentation']}\n" in mkdocs
+    assert f"\nrepo_url: {urls['Source']}\n" in mkdocs
     classifiers = dist.metadata.get_all("Classifier") or []
     for wanted in (
         "Development Status :: 4 - Beta",
