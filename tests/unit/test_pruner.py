@@ -60,13 +60,17 @@ async def test_only_the_active_instance_prunes_to_the_stores_bounds(
     ]
 
 
-async def test_age_bound_is_read_on_the_stores_clock() -> None:
+async def test_age_bound_is_read_on_the_stores_clock(caplog: pytest.LogCaptureFixture) -> None:
     """history_age counts back from the store's now (a day after the rows here), not
-    the pruner's clock; the newest finished occurrence of the job stays."""
+    the pruner's clock; the newest finished occurrence of the job stays. Routine
+    trimming (less than a batch) logs at DEBUG only."""
     store = await store_with_history(3, Retention(history_max=0, history_age=timedelta(hours=1)))
     pruner = Pruner(ServiceBundle(FakeClock(T0), "i"), store, lambda: True, interval=60)
-    assert await pruner.tick() == 60
+    with caplog.at_level(logging.DEBUG, logger="soloist"):
+        assert await pruner.tick() == 60
     assert [o.dedupe_key for o in await store.occurrence_list()] == ["k2"]
+    passes = [r for r in caplog.records if getattr(r, "action", None) == "prune"]
+    assert [r.levelno for r in passes] == [logging.DEBUG]
 
 
 async def test_a_store_without_bounds_is_left_alone() -> None:

@@ -86,8 +86,9 @@ class Pruner(Service):
             return self.pause  # a backlog: the next batch after a pause
         if self._pass:
             retention = self.retention
+            # Routine trimming (less than a batch a minute) is not news; a backlog is.
             self.log(
-                logging.INFO,
+                logging.INFO if self._pass >= self.batch else logging.DEBUG,
                 "pruned %d finished occurrence(s) from the history (history_max=%s, "
                 "history_age=%s)",
                 self._pass,
