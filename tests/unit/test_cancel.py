@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from test_claim_ahead import settle
-from ticks import started
+from ticks import plan_tick, started
 
 from soloist import Scheduler, every
 from soloist.errors import (
@@ -78,7 +78,8 @@ async def test_a_running_async_handler_is_cancelled_within_a_heartbeat(app: Sche
     assert answer.outcome is Cancelled.REQUESTED and answer.occurrence.cancel_requested
     assert (await app.acancel(occurrence_id)).outcome is Cancelled.ALREADY_REQUESTED
     occ = await _until(app, occurrence_id, State.DEAD, State.FAILED, State.SUCCEEDED)
-    assert stopped and stopped[0] - asked < 3 * HEARTBEAT
+    # About one heartbeat (the renewal reports it); bounded loosely for a loaded machine.
+    assert stopped and stopped[0] - asked < 5 * HEARTBEAT
     assert (occ.state, occ.error_code) == (State.DEAD, "cancelled")
     assert occ.attempt == 1 and occ.error_message == "cancelled on request"
     _, attempts = await app.aattempts(occurrence_id)
@@ -126,43 +127,63 @@ async def test_a_sync_handler_sees_ctx_cancelled_and_heartbeat_raises(app: Sched
     assert OccurrenceCancelledError.__name__ in (occ.error_message or "")
 
 
-async def test_a_scheduled_occurrence_never_runs_and_the_schedule_goes_on(
-    app: Scheduler,
-) -> None:
-    """A cancelled delayed task never runs; cancelling one instant of a recurring job
-    leaves its later instants planned; unknown and finished ids are refused."""
+async def test_a_scheduled_occurrence_never_runs(app: Scheduler) -> None:
+    """A cancelled delayed task never runs, not even once due; unknown and finished ids
+    are refused."""
     ran: list[str] = []
 
     @app.task
     def later(ctx) -> None:  # type: ignore[no-untyped-def]
         ran.append(ctx.occurrence_id)
 
-    @app.job(every("1s"))
-    def tick(ctx) -> None:  # type: ignore[no-untyped-def]
-        ran.append("tick")
-
-    occurrence_id = await app.aenqueue(later, delay="0.3s")
+    occurrence_id = await app.aenqueue(later, delay="0.2s")
     answer = await app.acancel(occurrence_id)
     assert answer.outcome is Cancelled.CANCELLED
     assert (answer.occurrence.state, answer.occurrence.error_code) == (State.DEAD, "cancelled")
+    other = await app.aenqueue(later, delay="0.2s")
     await app.start()
-    planned = []
-    for _ in range(100):
-        planned = [o for o in await app.ahistory("tick") if o.state is State.SCHEDULED]
-        if planned:
-            break
-        await asyncio.sleep(0.05)
-    first = planned[-1]
-    assert (await app.acancel(first.id)).outcome is Cancelled.CANCELLED
-    deadline = time.monotonic() + 5
-    while "tick" not in ran and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert "tick" in ran and occurrence_id not in ran  # the next instant ran
-    assert (await app.aattempts(first.id))[0].state is State.DEAD
+    occ = await _until(app, other, State.SUCCEEDED)
+    assert occ.state is State.SUCCEEDED and ran == [other]  # due with it, it ran alone
+    assert (await app.aattempts(occurrence_id))[1] == []
     with pytest.raises(UnknownOccurrenceError, match="unknown occurrence 'nope'"):
         await app.acancel("nope")
     with pytest.raises(StateConflictError, match="has finished"):
         await app.acancel(occurrence_id)
+
+
+async def test_cancelling_an_instant_of_a_recurring_job_leaves_its_schedule() -> None:
+    """One planned instant of an ``every`` job is cancelled before it is due: it never
+    runs, and the job's next instants are planned and run as usual."""
+    clock = FakeClock(T0)
+    store = MemoryStore("memory://", clock=clock)
+    app = Scheduler(store, instance_id="a", clock=clock, lease_ttl="9s")
+    ran: list[datetime] = []
+
+    @app.job(every("10s"), catch_up="all")
+    async def tick(ctx) -> None:  # type: ignore[no-untyped-def]
+        ran.append(ctx.plan_time)
+
+    runtime = await started(app)
+    cancelled: Occurrence | None = None
+    for _ in range(40):
+        await plan_tick(runtime)
+        if cancelled is None:
+            planned = [o for o in await app.ahistory("tick") if o.state is State.SCHEDULED]
+            if planned:
+                cancelled = min(planned, key=lambda o: o.plan_time)
+                answer = await app.acancel(cancelled.id)
+                assert answer.outcome is Cancelled.CANCELLED
+        await runtime.executor.tick()
+        await settle(runtime)
+        if len(ran) >= 2:
+            break
+        clock.advance(1)
+    assert cancelled is not None and len(ran) >= 2
+    assert cancelled.plan_time not in ran and min(ran) > cancelled.plan_time
+    occ = await store.occurrence_get(cancelled.id)
+    assert occ is not None and (occ.state, occ.error_code) == (State.DEAD, "cancelled")
+    assert await store.occurrence_attempts(cancelled.id) == []
+    await runtime.stop()
 
 
 def test_the_sync_twin_cancels(tmp_path: Path) -> None:
