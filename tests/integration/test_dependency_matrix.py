@@ -9,6 +9,8 @@ the venv, so a warm run costs only the tests):
 * redis-py (the other major and the lowest allowed, 5): the Redis store conformance suite;
 * Starlette: the HTTP endpoint's tests (an app served in-process, mounted under a prefix,
   and real ``soloist run --http`` processes);
+* pytest 8 with pytest-asyncio 0.x (the lowest the ``testing`` extra allows): the
+  conformance suite of ``soloist.testing.conformance`` on the memory and SQLite stores;
 * Django: a worker started by ``manage.py soloist run`` running a task a view enqueued, and
   views enqueuing under ``runserver``.
 
@@ -55,9 +57,10 @@ def other_django() -> str:
     return "django==6.*" if sys.version_info >= (3, 12) else "django==4.2.*"
 
 
-def installed(requirement: str) -> Path:
-    """A directory holding ``requirement`` and its dependencies, installed once."""
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", requirement).strip("-")
+def installed(requirement: str, *more: str) -> Path:
+    """A directory holding ``requirement`` (and ``more``) with their dependencies,
+    installed once."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", " ".join((requirement, *more))).strip("-")
     target = CACHE / f"py{sys.version_info[0]}{sys.version_info[1]}-{slug}"
     if target.is_dir():
         return target
@@ -66,7 +69,7 @@ def installed(requirement: str) -> Path:
     try:
         pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         done = subprocess.run(
-            [*pip, "--target", str(staging), requirement],
+            [*pip, "--target", str(staging), requirement, *more],
             capture_output=True,
             text=True,
             timeout=PIP_TIMEOUT_S,
@@ -96,9 +99,10 @@ def imported_version(module: str, env: dict[str, str]) -> str:
     return done.stdout.strip()
 
 
-def run_suite(requirement: str, module: str, tests: list[str]) -> None:
-    """The ``tests`` pass in a pytest subprocess that imports ``requirement``'s release."""
-    path = installed(requirement)
+def run_suite(requirement: str, module: str, tests: list[str], *more: str) -> None:
+    """The ``tests`` pass in a pytest subprocess that imports ``requirement``'s release
+    (``module`` is checked to come from it), ``more`` installed beside it."""
+    path = installed(requirement, *more)
     env = env_with(path)
     found, where = imported_version(module, env).split(" ", 1)
     wanted = requirement.split("==")[1].rstrip("*")
@@ -135,6 +139,13 @@ def test_django_integration_with_the_other_django_major() -> None:
     ]
     tests = [f"tests/integration/test_frameworks.py::{name}" for name in names]
     run_suite(other_django(), "django", tests)
+
+
+def test_conformance_suite_with_pytest_8_and_pytest_asyncio_0() -> None:
+    """soloist[testing]'s suite runs under the lowest majors its range allows, as under
+    pytest 9 and pytest-asyncio 1.x."""
+    tests = ["tests/conformance/test_memory_store.py", "tests/conformance/test_sqlite_store.py"]
+    run_suite("pytest==8.*", "pytest", tests, "pytest-asyncio==0.*")
 
 
 @pytest.mark.parametrize(
