@@ -660,6 +660,12 @@ class EtcdStore:
                 await self._trim_soon(now)
             return done[occurrence_id], True
         found = await self.occurrence_get(occurrence_id)
+        if found is not None and rows.cancelled(found, now) is not None:
+            # Every round lost to another write (claims, renewals): nothing was done.
+            raise StoreError(
+                f"cancelling occurrence {occurrence_id!r} kept conflicting with other "
+                "writes; try again"
+            )
         return (found, False) if found is not None else None
 
     async def occurrence_complete(
