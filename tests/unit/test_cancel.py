@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from test_claim_ahead import settle
 from ticks import plan_tick, started
 
@@ -84,6 +85,16 @@ async def test_a_running_async_handler_is_cancelled_within_a_heartbeat(app: Sche
     assert occ.attempt == 1 and occ.error_message == "cancelled on request"
     _, attempts = await app.aattempts(occurrence_id)
     assert [(a.outcome, a.error_code) for a in attempts] == [("dead", "cancelled")]
+    # Counted apart from "dead" (alerts on dead runs do not fire for a cancel).
+    families = {
+        f.name: f for f in text_string_to_metric_families(app.metrics.exposition().decode())
+    }
+    runs = {
+        s.labels["outcome"]: s.value
+        for s in families["soloist_runs"].samples
+        if s.labels.get("job") == "slow" and s.name == "soloist_runs_total"
+    }
+    assert runs["cancelled"] == 1 and runs["dead"] == 0
     await asyncio.sleep(3 * HEARTBEAT)  # no retry comes
     assert (await app.aattempts(occurrence_id))[0].state is State.DEAD
     with pytest.raises(StateConflictError, match="cancelled already"):

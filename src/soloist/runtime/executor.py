@@ -183,10 +183,8 @@ class Executor(Service):
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker", clock=self.clock)
         self.completer = Completer(bundle, store, call_timeout=self.call_timeout)
-        self.counts = {
-            state: 0
-            for state in ("succeeded", "failed", "dead", "fenced", "lease_lost", "unrecorded")
-        }
+        outcomes = ("succeeded", "failed", "dead", "cancelled", "fenced", "lease_lost")
+        self.counts = {state: 0 for state in (*outcomes, "unrecorded")}
         #: Runs whose handler is done and whose outcome is being written: they keep their
         #: lease until the write, but no longer use a slot (see :meth:`free_slots`).
         self.recording = 0
@@ -643,8 +641,10 @@ class Executor(Service):
                 extra={"action": "fenced", "error_code": ErrorCode.LEASE_LOST.value},
             )
             return
-        self.counts[outcome.state.value] += 1
-        self.metrics.run_finished(occ.job, outcome.state.value, duration)
+        on_request = code is ErrorCode.CANCELLED and ctx.cancelled
+        label = "cancelled" if on_request else outcome.state.value
+        self.counts[label] += 1
+        self.metrics.run_finished(occ.job, label, duration)
         if code is None:
             if self.logger.isEnabledFor(INFO):
                 ctx._event(
@@ -654,7 +654,7 @@ class Executor(Service):
                     {"action": "succeeded", "duration_s": round(duration, 6)},
                 )
             return
-        if code is ErrorCode.CANCELLED and ctx.cancelled:
+        if on_request:
             ctx.logger.info(
                 "cancelled %s (plan %s) on request: %s",
                 occ.job,
