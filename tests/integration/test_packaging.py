@@ -14,6 +14,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+import trove_classifiers
 
 import soloist
 
@@ -72,8 +73,9 @@ def test_the_license_is_spdx_and_shipped(dist: Dist) -> None:
 
 
 def test_the_project_urls_and_classifiers(dist: Dist) -> None:
-    """PyPI's sidebar: the project URLs, all absolute; the classifiers name the license
-    kind, the frameworks and the topic."""
+    """PyPI's sidebar: the project URLs, all absolute (the docs site and the repository of
+    mkdocs.yml); the classifiers, all known to PyPI, name the status, the frameworks and
+    the topic."""
     urls = dict(u.split(", ", 1) for u in dist.metadata.get_all("Project-URL") or [])
     assert sorted(urls) == sorted(URLS)
     assert all(u.startswith("https://") for u in urls.values()), urls
@@ -81,6 +83,8 @@ def test_the_project_urls_and_classifiers(dist: Dist) -> None:
     assert f"\nsite_url: {urls['Documentation']}\n" in mkdocs
     assert f"\nrepo_url: {urls['Source']}\n" in mkdocs
     classifiers = dist.metadata.get_all("Classifier") or []
+    unknown = set(classifiers) - trove_classifiers.classifiers
+    assert not unknown, f"PyPI refuses unknown classifiers: {unknown}"
     for wanted in (
         "Development Status :: 4 - Beta",
         "Framework :: AsyncIO",
