@@ -26,6 +26,7 @@ Needs pytest and pytest-asyncio (``asyncio_mode = "auto"``).
 from __future__ import annotations
 
 from soloist.testing.conformance.attempts import AttemptConformance
+from soloist.testing.conformance.backfill import BackfillConformance
 from soloist.testing.conformance.base import (
     T0,
     TTL,
@@ -35,7 +36,6 @@ from soloist.testing.conformance.base import (
     claim,
     new_occurrence,
 )
-from soloist.testing.conformance.backfill import BackfillConformance
 from soloist.testing.conformance.cancellation import CancelConformance
 from soloist.testing.conformance.checks import CheckConformance
 from soloist.testing.conformance.claims import ClaimConformance, work_wait

@@ -112,9 +112,7 @@ class CancelConformance:
             assert (record.outcome, record.error_code) == ("dead", CANCELLED)
         assert await claim(store, now=at(100)) == []
 
-    async def test_a_cancelled_run_that_succeeds_is_recorded_succeeded(
-        self, store: Store
-    ) -> None:
+    async def test_a_cancelled_run_that_succeeds_is_recorded_succeeded(self, store: Store) -> None:
         """Cancelling a run only asks: a run that finishes anyway records its success."""
         occ = await _running(store)
         await store.occurrence_cancel(occ.id, now=at(1))
