@@ -245,7 +245,11 @@ def duration(value: object, what: str, *, allow_zero: bool = False) -> timedelta
     """:func:`parse_duration`, also taking a string of a bare number of seconds (``"30"``,
     as an environment variable gives one)."""
     if isinstance(value, str) and _SECONDS.fullmatch(value.strip()):
-        value = float(value.strip())
+        seconds = float(value.strip())
+        try:
+            return parse_duration(seconds, what=what, allow_zero=allow_zero)
+        except ConfigError as exc:  # named as given ('1e400' is read as inf)
+            raise ConfigError(str(exc).replace(repr(seconds), repr(value), 1)) from None
     return parse_duration(value, what=what, allow_zero=allow_zero)
 
 

@@ -254,6 +254,32 @@ def test_a_bad_payload_is_one_line(bad: tuple[list[str], str], store: str) -> No
     check_error(soloist("enqueue", "keyed", "--app", PAYLOADS, *args, "--store", store), 2, names)
 
 
+HUGE = "9" * 30
+ENQUEUE_KEYED = ["enqueue", "keyed", "--app", PAYLOADS, "--payload", '{"key": 1}']
+OUT_OF_RANGE = {
+    "enqueue-delay": ([*ENQUEUE_KEYED, "--delay", f"{HUGE}d"], HUGE),
+    "enqueue-delay-over-1000-years": ([*ENQUEUE_KEYED, "--delay", "400000d"], "'400000d'"),
+    "prune-older-than": (["prune", "--older-than", f"{HUGE}d"], HUGE),
+}
+
+
+@pytest.mark.parametrize("bad", OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
+def test_a_duration_past_any_date_is_one_line(bad: tuple[list[str], str], store: str) -> None:
+    """A duration no date can be moved by (past timedelta's range, or past 1000 years) is
+    exit 2 and one line naming it as given, not an OverflowError."""
+    args, name = bad
+    check_error(soloist(*args, "--store", store), 2, name)
+
+
+def test_a_limit_past_the_stores_integers_reads_everything(store: str) -> None:
+    """`history --limit` and `prune --keep` larger than SQLite's integers ask for
+    everything (no OverflowError)."""
+    listed = soloist("history", "--limit", HUGE, "--store", store)
+    assert listed.exit_code == 0 and len(listed.stdout.splitlines()) == 1, listed.output
+    kept = soloist("prune", "--keep", HUGE, "--store", store)
+    assert kept.exit_code == 0 and "deleted 0" in kept.stdout, kept.output
+
+
 # -- history ids, unknown jobs ----------------------------------------------------------------
 def test_history_lines_start_with_the_id_that_show_takes(store: str) -> None:
     """Each `history` line starts with the occurrence id; `show ID` finds it."""

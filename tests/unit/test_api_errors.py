@@ -255,6 +255,16 @@ BAD_CALLS = {
     "enqueue-at-number": BadCall(
         "enqueue", ("hello",), "12345", ConfigError, {"payload": {"to": "x"}, "at": 12345}
     ),
+    "enqueue-delay-past-timedelta": BadCall(
+        "enqueue",
+        ("hello",),
+        "99999999999d",
+        ConfigError,
+        {"payload": {"to": "x"}, "delay": "99999999999d"},
+    ),
+    "enqueue-infinite-delay": BadCall(
+        "enqueue", ("hello",), "inf", ConfigError, {"payload": {"to": "x"}, "delay": float("inf")}
+    ),
     "enqueue-payload-a-list": BadCall(
         "enqueue", ("hello",), "['a@b.c']", PayloadError, {"payload": ["a@b.c"]}
     ),
@@ -400,8 +410,10 @@ def test_bad_store_url_raises_naming_it_on_first_use() -> None:
         ({"lease_ttl": "5 parsecs"}, "5 parsecs"),
         ({"concurrency": 0}, "concurrency 0"),
         ({"grace_period": "a while"}, "a while"),
+        ({"lease_ttl": "9" * 400}, "9999"),
+        ({"poll_interval": "60000w"}, "60000w"),
     ],
-    ids=["mode", "lease_ttl", "concurrency", "grace_period"],
+    ids=["mode", "lease_ttl", "concurrency", "grace_period", "huge-ttl", "over-1000-years"],
 )
 def test_bad_scheduler_option_raises_naming_it(options: dict[str, Any], value: str) -> None:
     """Scheduler(...) rejects a bad mode, duration or count at construction, naming it."""

@@ -54,6 +54,7 @@ from soloist.stores.core.capabilities import (
     capabilities_of,
 )
 from soloist.stores.core.checks import (
+    MAX_LIMIT,
     aware_utc,
     check_delay,
     check_info,
@@ -173,8 +174,8 @@ class CheckedStore:
         limit: int,
         slots: Sequence[tuple[int, int]] | None = None,
     ) -> DueBatch:
-        ranges = check_slots(slots)
-        if check_limit(limit) <= 0 or ranges == []:
+        ranges, limit = check_slots(slots), check_limit(limit)
+        if limit <= 0 or ranges == []:
             return DueBatch([], None)
         return await self.driver.plan_due(aware_utc(before, "before"), limit, ranges)
 
@@ -202,7 +203,8 @@ class CheckedStore:
         allow_only: bool = False,
     ) -> list[Occurrence]:
         names, ttl = check_tasks(tasks), positive_ttl(lease_ttl, "lease_ttl")
-        if check_limit(limit) <= 0 or not names:
+        limit = check_limit(limit)
+        if limit <= 0 or not names:
             return []
         at = self._at(now)
         if allow_only:
@@ -271,8 +273,8 @@ class CheckedStore:
         state: State | None = None,
         limit: int = 100,
     ) -> list[Occurrence]:
-        wanted = check_state(state)
-        if check_limit(limit) <= 0:
+        wanted, limit = check_state(state), check_limit(limit)
+        if limit <= 0:
             return []
         return await self.driver.occurrence_list(job=job, state=wanted, limit=limit)
 
@@ -299,8 +301,10 @@ class CheckedStore:
     ) -> int:
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
             raise ConfigError(f"invalid keep {keep!r}: expected a whole number >= 0 or None")
+        keep = min(keep, MAX_LIMIT) if keep is not None else None
         moment = aware_utc(before, "before") if before is not None else None
-        if check_limit(limit) <= 0 or (moment is None and keep is None):
+        limit = check_limit(limit)
+        if limit <= 0 or (moment is None and keep is None):
             return 0
         return await self.driver.history_prune(moment, keep, limit, dry_run=bool(dry_run))
 

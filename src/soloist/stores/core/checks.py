@@ -25,6 +25,7 @@ from soloist.models import (
 )
 
 __all__ = [
+    "MAX_LIMIT",
     "OUTCOME_STATES",
     "aware_utc",
     "check_delay",
@@ -73,11 +74,17 @@ def check_delay(delay: timedelta) -> timedelta:
     return delay
 
 
+#: The largest limit (or count kept) a driver is given: a larger one asks for the same
+#: rows, and would not fit the drivers' integers (SQLite's, PostgreSQL's, Redis's are 64-bit).
+MAX_LIMIT = 2**31 - 1
+
+
 def check_limit(limit: int) -> int:
-    """``limit`` if it is an integer (zero or less asks for nothing)."""
+    """``limit`` if it is an integer (zero or less asks for nothing), at most
+    :data:`MAX_LIMIT`."""
     if not isinstance(limit, int) or isinstance(limit, bool):
         raise ConfigError(f"invalid limit {limit!r}: expected an integer")
-    return limit
+    return min(limit, MAX_LIMIT)
 
 
 def check_tasks(tasks: Collection[str]) -> list[str]:

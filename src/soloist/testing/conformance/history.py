@@ -117,6 +117,18 @@ class HistoryConformance:
         with pytest.raises(ConfigError, match="-1"):
             await store.history_prune(None, -1, 10)
 
+    async def test_limits_beyond_any_integer_of_the_store_ask_for_everything(
+        self, store: Store
+    ) -> None:
+        """A limit or keep larger than the store's integers (``soloist history --limit
+        99999999999999999999``) reads or prunes as an unbounded one would, no driver
+        overflow."""
+        await finish_five(store)
+        huge = 10**30
+        assert len(await store.occurrence_list(limit=huge)) == 5
+        assert await store.history_prune(None, huge, huge) == 0
+        assert await store.history_prune(at(3), None, huge, dry_run=True) == 2
+
 
 class LatestOutcomeConformance:
     """For stores that keep each job's newest finished occurrence (SQLite, PostgreSQL,
