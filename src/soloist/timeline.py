@@ -43,6 +43,9 @@ MAX_UPCOMING = 1_000
 BACKFILL_BATCH = 1_000
 
 _ONE_US = timedelta(microseconds=1)
+#: The earliest start of a backfill: no job ran before the Unix epoch, and a start near
+#: year 1 overflows the arithmetic of dates (and of zones' local mean times).
+_EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,10 @@ def backfill_range(start: object, end: object, now: datetime) -> tuple[datetime,
     first, last = parse_instant(start, "start"), parse_instant(end, "end")
     if first is None or last is None:
         raise ConfigError("a backfill needs both start and end: the past range to plan")
+    if first < _EARLIEST:
+        raise ConfigError(
+            f"invalid start {first.isoformat()!r}: expected a time from {_EARLIEST.isoformat()} on"
+        )
     if last < first:
         raise ConfigError(
             f"invalid end {last.isoformat()!r}: must not be before start {first.isoformat()!r}"

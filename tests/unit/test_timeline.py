@@ -95,13 +95,14 @@ async def test_backfill_without_the_code_refuses_a_job_with_scopes_unless_named(
         ("2026-02-01T00:00:00", T0, "no UTC offset"),
         (None, T0, "needs both start and end"),
         (T0 - timedelta(days=30), T0, f"more than {MAX_BACKFILL} instants"),
+        (datetime.min.replace(tzinfo=timezone.utc), T0, "expected a time from 1970-01-01"),
     ],
 )
 async def test_bad_backfill_ranges_are_refused_and_write_nothing(
     clock: FakeClock, store: MemoryStore, start: object, end: object, message: str
 ) -> None:
-    """A range in the future, reversed, unreadable, open or too dense raises ConfigError
-    naming it, and nothing is written."""
+    """A range in the future, reversed, unreadable, open, too dense or starting before
+    1970 (year 1 would overflow) raises ConfigError naming it, and nothing is written."""
     app = make_app(clock, store)
     app.job(every("1m"), name="minutely")(lambda ctx: None)
     with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
