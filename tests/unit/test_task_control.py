@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -115,6 +116,40 @@ async def test_soloist_timeouts_keep_retrying_whatever_retry_on_says(
     )
     assert by_handler is not None and by_handler.state is State.DEAD
     assert "TimeoutError is not in retry_on" in (by_handler.error_message or "")
+
+
+async def test_a_handlers_own_asyncio_timeout_follows_retry_on_under_a_task_timeout(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A task with timeout= whose handler's own asyncio.wait_for / asyncio.timeout expires
+    (a TimeoutError from a CancelledError, as soloist's own looks) is the handler's error:
+    retry_on refuses it and the record shows it, not "timed out after" the task's timeout;
+    a sync handler cut by timeout= is still soloist's timeout, retried."""
+    app = make_app(clock, store)
+
+    @app.task(retries=1, retry_on=(ConnectionError,), timeout=30)
+    async def call_api(ctx) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.wait_for(asyncio.sleep(5), 0.01)
+
+    @app.task(retries=1, retry_on=(ConnectionError,), timeout=0.05)
+    def blocking(ctx) -> None:  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+
+    runtime = await started(app)
+    own = await app.aenqueue(call_api)
+    cut = await app.aenqueue(blocking)
+    await run_once(runtime)
+    by_handler, by_soloist = await store.occurrence_get(own), await store.occurrence_get(cut)
+    assert by_handler is not None and (by_handler.state, by_handler.error_code) == (
+        State.DEAD,
+        "timeout",
+    )
+    assert "TimeoutError is not in retry_on" in (by_handler.error_message or "")
+    assert "timed out after 0:00:30" not in (by_handler.error_message or "")
+    assert by_soloist is not None and (by_soloist.state, by_soloist.error_message) == (
+        State.FAILED,
+        "timed out after 0:00:00.050000",
+    )
 
 
 async def test_a_lost_lease_is_not_refused_by_no_retry_on(

@@ -63,7 +63,7 @@ import functools
 import logging
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -103,6 +103,32 @@ DURATION_WEIGHT = 0.2
 
 INFO = logging.INFO
 _CLAIMED = {"action": "claimed"}
+
+
+class _TimedOut(TimeoutError):
+    """A handler cut by its task's ``timeout=`` (not a TimeoutError the handler raised)."""
+
+
+async def _within(work: Awaitable[Any], seconds: float) -> Any:
+    """``await work`` for at most ``seconds``; :class:`_TimedOut` when that time runs out.
+    A TimeoutError that ``work`` raises itself passes through as it is, although one from
+    the handler's own ``asyncio.timeout()`` looks like wait_for's (a TimeoutError from a
+    CancelledError): only the object tells them apart."""
+    raised: list[BaseException] = []
+
+    async def watched() -> Any:
+        try:
+            return await work
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    try:
+        return await asyncio.wait_for(watched(), seconds)
+    except (asyncio.TimeoutError, TimeoutError) as exc:
+        if raised and raised[0] is exc:
+            raise
+        raise _TimedOut(f"timed out after {seconds}s") from exc
 
 
 @dataclass
@@ -510,11 +536,12 @@ class Executor(Service):
                 result = await self._invoke(task, ctx, occ)
         except LeaseLostError as exc:
             code, message = ErrorCode.LEASE_LOST, str(exc)
+        except _TimedOut:  # soloist's own timeout=: retried while attempts remain
+            code, message = ErrorCode.TIMEOUT, f"timed out after {task.timeout}"
         except (asyncio.TimeoutError, TimeoutError) as exc:
-            code = ErrorCode.TIMEOUT
-            message = f"timed out after {task.timeout}" if task.timeout else repr(exc)
-            if not (task.timeout and isinstance(exc.__cause__, asyncio.CancelledError)):
-                refused = task.retry.refuses(exc)  # the handler's own TimeoutError
+            # The handler's own (its asyncio.timeout(), a socket's): retry_on decides.
+            code, message = ErrorCode.TIMEOUT, repr(exc)
+            refused = task.retry.refuses(exc)
         except asyncio.CancelledError:
             if run.released:
                 return  # graceful shutdown: the lease was handed back
@@ -550,13 +577,11 @@ class Executor(Service):
         if task.is_async:
             if task.timeout is None:
                 return await task.fn(ctx, **ctx.payload)
-            return await asyncio.wait_for(task.fn(ctx, **ctx.payload), task.timeout.total_seconds())
+            return await _within(task.fn(ctx, **ctx.payload), task.timeout.total_seconds())
         call = functools.partial(task.fn, ctx, **ctx.payload)
         if task.timeout is None:
             return await self.pool.run(call, name=occ.job)
-        return await asyncio.wait_for(
-            self.pool.run(call, name=occ.job), task.timeout.total_seconds()
-        )
+        return await _within(self.pool.run(call, name=occ.job), task.timeout.total_seconds())
 
     async def _record(
         self,
