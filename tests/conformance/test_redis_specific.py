@@ -126,10 +126,16 @@ def test_url_defaults_and_options() -> None:
         ("rediss://h/0?ssl_ca_certs=", "ssl_ca_certs"),
         ("redis://h/0?health_check_interval=often", "often"),
         ("redis://u:pw@h/0?retry_on_timeout=1&max_connections=lots", "lots"),
+        ("redis://h/0?max_connections=-1", "max_connections '-1'"),
+        ("redis://h/0?health_check_interval=-1", "health_check_interval '-1'"),
+        ("redis://h/0?socket_keepalive=off", "socket_keepalive 'off'"),
+        ("redis://h/0?retry_on_timeout=maybe", "maybe"),
     ],
 )
 def test_bad_urls_are_refused_naming_the_value(url: str, named: str) -> None:
-    """A bad option, prefix, database or port raises ConfigError naming it (not the password)."""
+    """A bad option, prefix, database or port raises ConfigError naming it (not the password):
+    also values redis-py's own parsers let through to fail later or mean something else
+    (a negative count or interval, a flag such as 'off' that it reads as true)."""
     with pytest.raises(ConfigError, match=r"store URL") as info:
         RedisStore(url)
     assert named.strip("'") in str(info.value)

@@ -238,15 +238,19 @@ def _driver_options(
                 f"option {name!r} in Redis store URL {shown!r} needs TLS: use rediss://"
             )
         parser = known[name]
+        flag = getattr(parser, "__name__", "") == "to_bool"
         try:
-            if parser is not None:
-                parser(text)
+            value = parser(text) if parser is not None else text
             if not text:
                 raise ValueError
+            if parser in _EXPECTED and not 0 <= value < float("inf"):  # type: ignore[operator]
+                raise ValueError  # redis-py takes -1 and fails at the first connection
+            if flag and text.lower() not in _BOOLS:
+                raise ValueError  # redis-py reads 'off' or 'maybe' as true
         except (TypeError, ValueError):
+            expected = "true or false" if flag else _EXPECTED.get(parser, "a value")
             raise ConfigError(
-                f"invalid {name} {text!r} in Redis store URL {shown!r}: expected "
-                + _EXPECTED.get(parser, "a value")
+                f"invalid {name} {text!r} in Redis store URL {shown!r}: expected {expected}"
             ) from None
         if name == "ssl_cert_reqs" and text.lower() not in _CERT_REQS:
             raise ConfigError(
@@ -257,4 +261,6 @@ def _driver_options(
     return passed
 
 
-_EXPECTED: dict[object, str] = {int: "a whole number", float: "a number"}
+_EXPECTED: dict[object, str] = {int: "a whole number >= 0", float: "a number >= 0"}
+#: The flags redis-py's to_bool reads as false (the first five) and as true.
+_BOOLS = ("0", "f", "false", "n", "no", "1", "t", "true", "y", "yes")
