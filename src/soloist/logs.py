@@ -68,13 +68,27 @@ class JsonFormatter(logging.Formatter):
             **_fields(record),
         }
         for name, value in record.__dict__.items():
+            if name in _RECORD_ATTRIBUTES:  # (message: set by any formatter, never extra)
+                continue
             if name in _JSON_KEYS:
                 data[f"extra_{name}"] = value
-            elif name not in _RECORD_ATTRIBUTES and name not in data:
+            elif name not in data:
                 data[name] = value
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
-        return json.dumps(data, default=str)
+        try:
+            return json.dumps(data, default=str, allow_nan=False)
+        except (TypeError, ValueError):  # a dict with tuple keys, a nan, a cycle
+            return json.dumps({k: _json_or_str(v) for k, v in data.items()}, default=str)
+
+
+def _json_or_str(value: Any) -> Any:
+    """``value`` if JSON can write it (its unknown parts as their str), else its str."""
+    try:
+        json.dumps(value, default=str, allow_nan=False)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
 
 
 class TextFormatter(logging.Formatter):

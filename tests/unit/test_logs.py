@@ -201,3 +201,28 @@ def test_json_lines_keep_the_users_extra_fields() -> None:
     assert first["extra_level"] == "vip"
     assert "args" not in first and "msg" not in first and "created" not in first
     assert (second["job"], second["attempt"], second["order_id"]) == ("bill", 1, 8)
+
+
+def test_json_lines_hold_any_extra_value_and_only_the_users_fields() -> None:
+    """A value json cannot write even with str() for its parts (a dict with tuple keys, a
+    nan, a cycle) is written as its str, and the line is still one valid JSON object; a
+    record another handler formatted first (which sets record.message) gets no
+    ``extra_message`` copy of its message."""
+    stream = Writes()
+    logger, handler = _logger(stream)
+    handler.setFormatter(JsonFormatter())
+    cycle: list[object] = []
+    cycle.append(cycle)
+    logger.info("odd", extra={"ids": {(1, 2): "a"}, "ratio": float("nan"), "cycle": cycle})
+    record = logger.makeRecord(logger.name, logging.INFO, __file__, 1, "seen", (), None)
+    logging.Formatter("%(asctime)s %(message)s").format(record)  # another handler's
+    logger.handle(record)
+    odd, seen = (json.loads(line, parse_constant=_refuse) for line in stream.lines)
+    assert (odd["message"], odd["ids"], odd["ratio"]) == ("odd", "{(1, 2): 'a'}", "nan")
+    assert odd["cycle"] == "[[...]]"
+    assert seen["message"] == "seen" and "extra_message" not in seen
+    assert "asctime" not in seen
+
+
+def _refuse(constant: str) -> object:
+    raise AssertionError(f"{constant} is not JSON")
