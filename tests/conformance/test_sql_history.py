@@ -108,13 +108,15 @@ async def test_sqlite_migration_indexes_the_finished_rows_of_an_existing_file(
     store = SQLiteStore(f"sqlite:///{path}")
     try:
         await store.migrate()
+        us = to_epoch_us(T0)
         with sqlite3.connect(path) as conn:
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             assert names >= INDEXES
             plan = " ".join(
                 str(row[3])
                 for row in conn.execute(
-                    "EXPLAIN QUERY PLAN " + sqlite_history._DOOMED, (to_epoch_us(T0), 10)
+                    "EXPLAIN QUERY PLAN " + sqlite_history._DOOMED,
+                    {"upto": us, "before": us, "at": None, "id": None, "limit": 10},
                 )
             )
         conn.close()

@@ -9,8 +9,11 @@ that stops after the batch), rows locked by another pruner skipped (``SKIP LOCKE
 attempt records deleted with their rows. The newest finished row of each job stays: status
 shows it as the job's last outcome (a probe of ``occurrences_job_finished``).
 
-The cut is the later of ``before`` and, with ``keep``, the instant just after the
-``keep + 1``-th newest finish time (an index-only walk of ``keep`` entries).
+A row goes if it finished before ``before`` or, with ``keep``, if it is not among the
+newest ``keep`` in (finish time, id) order: at or before the ``keep + 1``-th newest, found
+by a walk of ``keep`` index entries. The id breaks ties, so rows finished at one instant
+(the outcomes of one batch are written at one time) count one by one: a cut at a finish
+time alone would delete every row sharing the boundary's time, newest ``keep`` or not.
 """
 
 # S608 flags SQL built with f-strings: only module constants are joined here; values are
@@ -24,18 +27,23 @@ from soloist.stores.postgres.queries import render
 __all__ = ["History"]
 
 _CUT = """
+beyond AS (
+    SELECT finished_at, id FROM {schema}.occurrences
+    WHERE finished_at IS NOT NULL AND %(keep)s::bigint IS NOT NULL
+    ORDER BY finished_at DESC, id DESC OFFSET COALESCE(%(keep)s::bigint, 0) LIMIT 1
+),
 cut AS (
-    SELECT GREATEST(
-        %(before)s::timestamptz,
-        (SELECT finished_at + interval '1 microsecond' FROM {schema}.occurrences
-         WHERE finished_at IS NOT NULL AND %(keep)s::bigint IS NOT NULL
-         ORDER BY finished_at DESC OFFSET COALESCE(%(keep)s::bigint, 0) LIMIT 1)
-    ) AS at
+    SELECT %(before)s::timestamptz AS before, b.finished_at AS at, b.id
+    FROM (SELECT 1) AS one LEFT JOIN beyond b ON true
 )
 """
+# GREATEST (NULLs ignored) bounds the walk of the index of finished rows; the rest says
+# which of them go.
 _CANDIDATES = """
 SELECT o.id FROM cut, {schema}.occurrences o
-WHERE o.finished_at IS NOT NULL AND o.finished_at < cut.at
+WHERE o.finished_at IS NOT NULL AND o.finished_at <= GREATEST(cut.before, cut.at)
+  AND (o.finished_at < cut.before OR o.finished_at < cut.at
+       OR (o.finished_at = cut.at AND o.id <= cut.id))
   AND o.state NOT IN ('scheduled', 'running', 'failed')
   AND EXISTS (
     SELECT 1 FROM {schema}.occurrences n

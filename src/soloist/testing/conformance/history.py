@@ -67,6 +67,23 @@ class HistoryConformance:
         assert await store.history_prune(at(4), 10, 100) == 1
         assert await kept(store) == ["a3", "a4"]
 
+    async def test_keep_counts_rows_that_finished_at_the_same_instant(self, store: Store) -> None:
+        """``keep`` keeps exactly the newest ``keep``, also when finish times tie (the
+        outcomes of one batch are written at one instant): rows that share the finish
+        time of the last one kept are not all deleted with those beyond it."""
+        await finish(store, "a0", at(1))
+        batch = [new_occurrence(f"b{n}", job="a", task="t-a") for n in range(3)]
+        await insert(store, *batch)
+        runs = await claim(store, tasks=["t-a"], limit=3, now=T0)
+        outcomes = [Outcome(r.id, r.fencing_token, State.SUCCEEDED) for r in runs]
+        assert len(await store.occurrence_complete("i1", outcomes, now=at(2))) == 3
+        await finish(store, "a4", at(3))
+        assert await store.history_prune(None, 3, 100, dry_run=True) == 2
+        assert await store.history_prune(None, 3, 100) == 2
+        left = await kept(store)
+        assert len(left) == 3 and "a4" in left and "a0" not in left
+        assert await store.history_prune(None, 3, 100) == 0
+
     async def test_prune_without_bounds_deletes_nothing(self, store: Store) -> None:
         """Neither ``before`` nor ``keep``: nothing goes, as with a limit of zero."""
         await finish_five(store)
