@@ -182,6 +182,13 @@ async def backfill(
     """Insert the occurrences of ``planned``'s instants in ``[start, end]`` for each scope,
     with the planner's keys; existing keys are left as they are."""
     job = planned.job
+    if job.schedule.max_runs is not None:
+        # The planner counts a stream's runs against max_runs from where it started;
+        # instants added beside its count would run past the bound.
+        raise ConfigError(
+            f"job {job.name!r} has max_runs={job.schedule.max_runs}: a backfill would add "
+            "runs that its count does not see; trigger it instead"
+        )
     limit = MAX_BACKFILL // max(len(scopes), 1)
     instants = instants_between(job.schedule, start, end, limit)
     overlap = Overlap.QUEUE if job.policy.overlap is Overlap.SKIP else job.policy.overlap

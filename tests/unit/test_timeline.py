@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from ticks import plan_tick, started
 
 from soloist import ConfigError, Scheduler, cron, every
 from soloist.errors import UnknownJobError
@@ -108,6 +109,23 @@ async def test_bad_backfill_ranges_are_refused_and_write_nothing(
     with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
         await app.abackfill("minutely", start, end)
     assert await store.occurrence_list(limit=10) == []
+
+
+async def test_backfill_of_a_job_with_max_runs_is_refused(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A job limited to max_runs that has used them all gets no more runs from a backfill
+    (which the planner's count would not see): refused naming the bound, nothing added."""
+    app = make_app(clock, store)
+    app.job(cron("0 * * * *", max_runs=2), name="twice")(lambda ctx: None)
+    runtime = await started(app)
+    await plan_tick(runtime)
+    clock.advance(3 * 3600)
+    await plan_tick(runtime)
+    assert len(await store.occurrence_list(job="twice", limit=100)) == 2
+    with pytest.raises(ConfigError, match="max_runs=2"):
+        await app.abackfill("twice", T0 - 5 * HOUR, T0 + 3 * HOUR)
+    assert len(await store.occurrence_list(job="twice", limit=100)) == 2
 
 
 async def test_backfill_and_upcoming_of_an_unknown_job_name_it(
