@@ -226,6 +226,8 @@ async def test_a_run_claimed_ahead_is_cancelled_without_running() -> None:
 
     @app.task
     async def quick(ctx) -> None:  # type: ignore[no-untyped-def]
+        if not ran:
+            clock.advance(0.001)  # the first run takes 1 ms: the average handler duration
         ran.append(ctx.occurrence_id)
 
     @app.task
@@ -244,6 +246,8 @@ async def test_a_run_claimed_ahead_is_cancelled_without_running() -> None:
     await executor.tick()
     assert {r.occ.id for r in executor.waiting} == set(quick_ids)
     victim = quick_ids[1]
+    average = executor.duration  # of handlers that ran: the claims ahead are sized by it
+    assert average is not None
     assert (await app.acancel(victim)).outcome is Cancelled.REQUESTED
     await runtime.heartbeater.tick()  # the renewal reports it
     assert {r.occ.id for r in executor.waiting} == {quick_ids[0], quick_ids[2]}
@@ -254,6 +258,7 @@ async def test_a_run_claimed_ahead_is_cancelled_without_running() -> None:
         await asyncio.sleep(0.01)
     assert occ is not None and (occ.state, occ.error_code) == (State.DEAD, "cancelled")
     assert occ.error_message == "cancelled on request before it started"
+    assert executor.duration == average  # a run that never started is no handler duration
     gate.set()
     for _ in range(20):
         await settle(runtime)

@@ -169,6 +169,7 @@ async def test_a_fenced_outcome_in_a_batch_is_reported_for_its_run_only(
         "succeeded": 2,
         "failed": 0,
         "dead": 0,
+        "cancelled": 0,
         "fenced": 1,
         "lease_lost": 0,
         "unrecorded": 0,

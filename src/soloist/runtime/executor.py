@@ -598,10 +598,11 @@ class Executor(Service):
         if code is ErrorCode.LEASE_LOST:
             self._lease_lost(run, message)
             return
-        average = self.duration  # of handlers that ran (claiming ahead is sized by it)
-        self.duration = (
-            duration if average is None else average + DURATION_WEIGHT * (duration - average)
-        )
+        if run.invoked:  # of handlers that ran (claiming ahead is sized by it)
+            average = self.duration
+            self.duration = (
+                duration if average is None else average + DURATION_WEIGHT * (duration - average)
+            )
         if code is None:
             outcome = Outcome(
                 occ.id, occ.fencing_token, State.SUCCEEDED, result=summarise_result(result)
