@@ -676,9 +676,27 @@ def _payload_object(text: str) -> dict[str, Any]:
     return data
 
 
+#: ``soloist demo``'s bounds: it kills one instance, so at least two; each is a process
+#: (a count by mistake must not start thousands); a run short enough to see nothing fails.
+DEMO_INSTANCES = (2, 16)
+DEMO_SECONDS = (5, 3600)
+
+
 @main.command()
-@click.option("--seconds", default=14, show_default=True, type=int, help="Length of the run.")
-@click.option("--instances", default=3, show_default=True, type=int)
+@click.option(
+    "--seconds",
+    default=14,
+    show_default=True,
+    type=click.IntRange(*DEMO_SECONDS),
+    help="Length of the run.",
+)
+@click.option(
+    "--instances",
+    default=3,
+    show_default=True,
+    type=click.IntRange(*DEMO_INSTANCES),
+    help="Instances to start (one is killed).",
+)
 def demo(seconds: int, instances: int) -> None:
     """Start 3 instances on one SQLite file, kill -9 one midway, check the history."""
     from soloist.demo import run_demo

@@ -271,6 +271,18 @@ def test_a_duration_past_any_date_is_one_line(bad: tuple[list[str], str], store:
     check_error(soloist(*args, "--store", store), 2, name)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["--instances", "0"], ["--instances", "1"], ["--instances", HUGE], ["--seconds", "-1"]],
+    ids=["no-instance", "one-instance", "huge-count", "negative-seconds"],
+)
+def test_demo_refuses_counts_it_cannot_show(args: list[str]) -> None:
+    """`demo` kills one of its instances, each a process: fewer than two (a ZeroDivisionError
+    traceback with none), or a count that would start processes without end, or a run of
+    no time is exit 2 and one line naming the option; nothing is started."""
+    check_error(soloist("demo", *args), 2, args[0], args[1])
+
+
 def test_a_limit_past_the_stores_integers_reads_everything(store: str) -> None:
     """`history --limit` and `prune --keep` larger than SQLite's integers ask for
     everything (no OverflowError)."""
