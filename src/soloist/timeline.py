@@ -234,6 +234,15 @@ async def backfill_job(
     now = await store.now()
     first, last = backfill_range(start, end, now)
     chosen = await job_scopes(planned, scopes, now)
+    dynamic = record is not None and record.dynamic  # (never scoped)
+    unscoped = dynamic or (planned.in_code and planned.job.scopes is None)
+    if unscoped and chosen != [""]:
+        # Its occurrences would carry a scope the job never has (ctx.scope), in streams
+        # that no planner knows: a mistyped --scope must not make such runs.
+        raise ConfigError(
+            f"invalid scopes {chosen!r} for job {name!r}: it has no scopes (no scope "
+            "provider); backfill it without --scope / scopes="
+        )
     if scopes is None and not planned.in_code and chosen == [""]:
         # Not defined here: its scope provider is out of reach. A job with scopes has no
         # stream without one; backfilling that stream would run the job unscoped.

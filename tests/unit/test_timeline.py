@@ -67,6 +67,23 @@ async def test_backfill_of_a_scoped_job_covers_each_scope(
     assert sorted((o.scope, o.plan_time) for o in rows)[0] == ("eu", T0 - 3 * HOUR)
 
 
+async def test_backfill_refuses_scopes_for_a_job_without_any(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """Scopes given for a job that has none (no scope provider in code, or a dynamic
+    schedule) are refused naming them: its runs would see a scope the job never has."""
+    app = make_app(clock, store)
+    app.job(every("1h"), name="plain")(lambda ctx: None)
+    app.task(name="work")(lambda ctx: None)
+    await app.schedules.aadd("dyn", task="work", schedule=every("1h"))
+    for job in ("plain", "dyn"):
+        with pytest.raises(ConfigError, match=rf"\['eu'\] for job '{job}'"):
+            await app.abackfill(job, T0 - HOUR, T0, scopes=["eu"])
+    assert await store.occurrence_list(limit=10) == []
+    done = await app.abackfill("plain", T0 - HOUR, T0, scopes=[""])
+    assert (done.instants, done.added) == (2, 2)
+
+
 async def test_backfill_without_the_code_refuses_a_job_with_scopes_unless_named(
     clock: FakeClock, store: MemoryStore
 ) -> None:
