@@ -19,7 +19,7 @@ class _FieldsAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
     (the stdlib adapter replaces it, before Python 3.13)."""
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
         return msg, kwargs
 
 

@@ -195,12 +195,14 @@ def test_json_lines_keep_the_users_extra_fields() -> None:
     logger.info("paid", extra={"order_id": 7, "items": ["a"], "who": {1}, "level": "vip"})
     adapter = _FieldsAdapter(logger, {"job": "bill", "attempt": 1})
     adapter.warning("late", extra={"order_id": 8})
-    first, second = (json.loads(line) for line in stream.lines)
+    adapter.warning("plain", extra=None)  # the stdlib's default, passed on by wrappers
+    first, second, third = (json.loads(line) for line in stream.lines)
     assert first["message"] == "paid" and first["level"] == "INFO"
     assert (first["order_id"], first["items"], first["who"]) == (7, ["a"], "{1}")
     assert first["extra_level"] == "vip"
     assert "args" not in first and "msg" not in first and "created" not in first
     assert (second["job"], second["attempt"], second["order_id"]) == ("bill", 1, 8)
+    assert (third["message"], third["job"]) == ("plain", "bill")
 
 
 def test_json_lines_hold_any_extra_value_and_only_the_users_fields() -> None:
