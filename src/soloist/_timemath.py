@@ -48,7 +48,12 @@ def parse_instant(value: object, what: str) -> datetime | None:
             f"invalid {what} {value!r}: it has no UTC offset; give an aware datetime or a "
             "string with an offset such as '2026-12-01T09:00:00+01:00'"
         )
-    return parsed.astimezone(_UTC)
+    try:
+        return parsed.astimezone(_UTC)
+    except OverflowError:  # its offset moves it past year 1 or 9999 in UTC
+        raise ScheduleError(
+            f"invalid {what} {value!r}: out of range; expected a time from year 1 to 9999 in UTC"
+        ) from None
 
 
 def offset_change(zone: ZoneInfo, lo: datetime, hi: datetime) -> datetime | None:

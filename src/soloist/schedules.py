@@ -481,7 +481,7 @@ def at(
     if isinstance(instant, datetime):
         if instant.utcoffset() is None:
             raise ScheduleError(f"invalid when {when!r}: it has no UTC offset; {_WHEN_EXPECTED}")
-        return OneShotSchedule(instant, jitter=_jitter(jitter))
+        return OneShotSchedule(parse_instant(when, "when"), jitter=_jitter(jitter))
     if delay is None or delay < timedelta(0):
         raise ScheduleError(f"invalid when {when!r}: {_WHEN_EXPECTED}")
     if now is None:

@@ -93,6 +93,14 @@ BAD_SCHEDULES: dict[str, tuple[Callable[[], object], object]] = {
     "at-naive-string": (lambda: at("2030-01-01T09:00:00"), "2030-01-01T09:00:00"),
     "at-bad-rfc3339": (lambda: at("2030-02-30T09:00:00+01:00"), "2030-02-30T09:00:00+01:00"),
     "at-not-a-time": (lambda: at("tomorrow"), "tomorrow"),
+    "at-past-year-9999-in-utc": (
+        lambda: at("9999-12-31T23:59:59-12:00"),
+        "9999-12-31T23:59:59-12:00",
+    ),
+    "cron-start-before-year-1-in-utc": (
+        lambda: cron("0 2 * * *", start="0001-01-01T00:00:00+12:00"),
+        "0001-01-01T00:00:00+12:00",
+    ),
 }
 
 
@@ -264,6 +272,13 @@ BAD_CALLS = {
     ),
     "enqueue-infinite-delay": BadCall(
         "enqueue", ("hello",), "inf", ConfigError, {"payload": {"to": "x"}, "delay": float("inf")}
+    ),
+    "enqueue-at-past-year-9999-in-utc": BadCall(
+        "enqueue",
+        ("hello",),
+        "9999-12-31T23:59:59-12:00",
+        ConfigError,
+        {"payload": {"to": "x"}, "at": "9999-12-31T23:59:59-12:00"},
     ),
     "enqueue-payload-a-list": BadCall(
         "enqueue", ("hello",), "['a@b.c']", PayloadError, {"payload": ["a@b.c"]}
