@@ -481,7 +481,10 @@ def at(
     if isinstance(instant, datetime):
         if instant.utcoffset() is None:
             raise ScheduleError(f"invalid when {when!r}: it has no UTC offset; {_WHEN_EXPECTED}")
-        return OneShotSchedule(parse_instant(when, "when"), jitter=_jitter(jitter))
+        # Read again from ``when``: named as given if its offset takes it out of range.
+        moment = parse_instant(when, "when")
+        assert moment is not None  # (when is a time here)
+        return OneShotSchedule(moment, jitter=_jitter(jitter))
     if delay is None or delay < timedelta(0):
         raise ScheduleError(f"invalid when {when!r}: {_WHEN_EXPECTED}")
     if now is None:
