@@ -6,6 +6,7 @@ recorded dead with error code ``cancelled`` and is not retried; a cron job goes 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -160,6 +161,36 @@ async def test_a_scheduled_occurrence_never_runs(app: Scheduler) -> None:
         await app.acancel("nope")
     with pytest.raises(StateConflictError, match="has finished"):
         await app.acancel(occurrence_id)
+
+
+async def test_a_claimed_row_whose_cancellation_was_requested_never_starts(
+    app: Scheduler, tmp_path: Path
+) -> None:
+    """During a rolling deploy a runner of the release before cancellation, which ignores
+    the flag, can make a flagged row claimable again (its failed attempt becomes a retry).
+    A claim of such a row records it cancelled without running its handler."""
+    ran: list[str] = []
+
+    @app.task(retries=2)
+    def job(ctx) -> None:  # type: ignore[no-untyped-def]
+        ran.append(ctx.occurrence_id)
+
+    flagged = await app.aenqueue(job, delay="1h")
+    # What the older runner leaves behind: a retry pending, its cancellation requested.
+    with sqlite3.connect(tmp_path / "soloist.db") as conn:
+        conn.execute(
+            "UPDATE occurrences SET state = 'failed', attempt = 1, due_at = 0, "
+            "cancel_requested = 1 WHERE id = ?",
+            (flagged,),
+        )
+    conn.close()
+    other = await app.aenqueue(job)
+    await app.start()
+    occ = await _until(app, flagged, State.DEAD, State.SUCCEEDED)
+    assert (occ.state, occ.error_code) == (State.DEAD, "cancelled")
+    assert occ.error_message == "cancelled on request before it started"
+    assert (await _until(app, other, State.SUCCEEDED)).state is State.SUCCEEDED
+    assert ran == [other]
 
 
 async def test_cancelling_an_instant_of_a_recurring_job_leaves_its_schedule() -> None:

@@ -455,6 +455,11 @@ class Executor(Service):
         ctx = JobContext.for_occurrence(occ, self.instance_id, self.logger, renew, loop)
         deadline = sent + self._ttl - self.lease_margin
         run = Run(occ, ctx, deadline, started=sent, waiting=True, claimed_at=sent)
+        if occ.cancel_requested:
+            # Claimable although its cancellation was requested: a runner of a release
+            # before cancellation (a rolling deploy) ignored the flag and gave it back or
+            # retried it. It never starts: recorded cancelled once launched.
+            ctx._cancelled = True
         stale = self.active.get(occ.id)
         if stale is not None:
             # Reaped and claimed again by this instance while the lost run's (sync) handler
