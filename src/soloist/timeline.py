@@ -8,7 +8,7 @@ time: :func:`soloist.runtime.planner.occurrence_key`) through
 already ran, is planned, or was backfilled before is never doubled, and backfilling the
 same range twice adds nothing the second time. What it cannot see is an occurrence that
 history retention has deleted since. The instants run one after another in plan-time
-order (a ``skip`` job's backfill queues, as a trigger does), each with the job's attempts
+order (they queue, whatever the job's ``overlap``), each with the job's attempts
 and payload. A range is bounded (:data:`MAX_BACKFILL` instants) and must lie in the past:
 the planner plans what is to come.
 
@@ -191,7 +191,9 @@ async def backfill(
         )
     limit = MAX_BACKFILL // max(len(scopes), 1)
     instants = instants_between(job.schedule, start, end, limit)
-    overlap = Overlap.QUEUE if job.policy.overlap is Overlap.SKIP else job.policy.overlap
+    # One after another, oldest first, whatever the job's overlap: a skip job's would skip
+    # each other, an allow job's would all start at once.
+    overlap = Overlap.QUEUE
     items = [
         NewOccurrence(
             dedupe_key=key,

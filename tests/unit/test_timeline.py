@@ -3,6 +3,8 @@ store; the same backfill on every real store is in the conformance suite."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -10,7 +12,7 @@ from ticks import plan_tick, started
 
 from soloist import ConfigError, Scheduler, cron, every
 from soloist.errors import UnknownJobError
-from soloist.models import JobRecord, Overlap
+from soloist.models import JobRecord, Overlap, State
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
 from soloist.timeline import MAX_BACKFILL, upcoming
@@ -50,6 +52,23 @@ async def test_backfill_of_a_skip_job_queues_its_instants_in_order(
     assert sorted(o.plan_time for o in rows)[-1] == datetime(2026, 3, 1, 6, tzinfo=timezone.utc)
     assert {o.overlap for o in rows} == {Overlap.QUEUE}
     assert done.to_json()["existing"] == 0
+
+
+async def test_backfill_of_an_allow_job_runs_its_instants_one_after_another(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """An overlap='allow' job's backfilled instants queue too, as the docs promise: a
+    worker with free slots starts the oldest only, not all of them at once."""
+    app = make_app(clock, store, concurrency=10)
+    app.job(every("1h"), name="hourly", overlap="allow")(lambda ctx: time.sleep(0.2))
+    runtime = await started(app)
+    done = await app.abackfill("hourly", T0 - 2 * HOUR, T0 - HOUR)
+    assert (done.instants, done.added) == (2, 2)
+    await runtime.executor.tick()
+    running = [o for o in await store.occurrence_list(job="hourly") if o.state is State.RUNNING]
+    assert [o.plan_time for o in running] == [T0 - 2 * HOUR]
+    tasks = [r.task for r in runtime.executor.active.values() if r.task is not None]
+    await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
 
 
 async def test_backfill_of_a_scoped_job_covers_each_scope(
