@@ -221,7 +221,7 @@ def test_bench_compare_src_refuses_what_it_cannot_compare(tmp_path: Path) -> Non
         )
         assert done.returncode == 2, (args, done.stderr)
         error = done.stderr.strip().splitlines()[-1]
-        assert error.startswith("Error: --compare-src"), error
+        assert error.startswith("error: --compare-src"), error
         for part in said:
             assert part in error, (part, error)
         assert done.stdout == ""  # nothing measured

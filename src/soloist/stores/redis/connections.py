@@ -208,8 +208,11 @@ class Connections:
                     f"answer PING within {limit:g}s"
                 )
             timeout = min(timeout, overdue)
+        # Every reply counts as heard, so none is filtered out here (the caller keeps the
+        # "message" ones): redis-py 8 with decode_responses parses a subscribed PING's reply
+        # as "PONG" instead of ["pong", ""], and ignore_subscribe_messages would drop it.
         message: dict[str, Any] | None = await pubsub.get_message(
-            ignore_subscribe_messages=True, timeout=max(0.0, timeout)
+            ignore_subscribe_messages=False, timeout=max(0.0, timeout)
         )
         if message is not None:
             self._heard, self._pinged = loop.time(), None
