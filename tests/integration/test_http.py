@@ -384,12 +384,18 @@ def test_metrics_parse_and_move_with_the_work(cluster: Cluster) -> None:
     after = metrics(cluster.admin)
     dead = sample(after, "soloist_runs_total", job="flaky", outcome="dead")
     assert dead - sample(before, "soloist_runs_total", job="flaky", outcome="dead") == ran_here
-    assert (
-        sum(
-            sample(metrics(i), "soloist_runs_total", job="tick", outcome="succeeded")
-            for i in (cluster.admin, cluster.reader)
-        )
-        >= 1
+    # The cluster may have just started (this test alone, or first on an xdist worker):
+    # wait for the first tick rather than assume one ran.
+    wait_until(
+        lambda: (
+            sum(
+                sample(metrics(i), "soloist_runs_total", job="tick", outcome="succeeded")
+                for i in (cluster.admin, cluster.reader)
+            )
+            >= 1
+        ),
+        "a tick to be counted as succeeded",
+        DEADLINE_S,
     )
     assert (
         sum(
