@@ -35,8 +35,15 @@ types: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet --site-dir .site
 
+# The unit, conformance and integration tiers run on 3 workers (each test isolates its data:
+# a schema, a key prefix, a file of its own; most of their time is spent waiting on servers);
+# the acceptance, chaos and browser tiers, which time failovers and faults, run one at a time.
+FAST_TIERS := tests/unit tests/conformance tests/integration
+SERIAL_TIERS := tests/acceptance tests/chaos tests/browser
+
 test: lint types docs
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 3 $(FAST_TIERS)
+	$(BIN)/python -m pytest -q $(SERIAL_TIERS)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
