@@ -194,7 +194,7 @@ def assert_each_scope_second_once(
         )
 
     not_ok = [
-        (o.scope, o.plan_time, o.state.value)
+        (o.scope, o.plan_time, o.state.value, o.error_message)
         for o in window
         if o.state is not State.SUCCEEDED
         and not (
