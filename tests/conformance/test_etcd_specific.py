@@ -155,6 +155,27 @@ async def test_history_is_trimmed_to_history_max_with_its_keys(etcd_url: str) ->
         await store.close()
 
 
+async def test_concurrent_prunes_keep_exactly_keep_rows(etcd_url: str) -> None:
+    """Several handles pruning to ``keep`` at once (each instance trims after its completions)
+    delete only what is over the bound: each reads the count and the oldest rows at one
+    revision, so a prune that counted before another's deletions does not delete past it."""
+    clock = FakeClock()
+    stores = [EtcdStore(etcd_url, clock=clock) for _ in range(4)]
+    try:
+        await stores[0].migrate()
+        for _ in range(3):
+            await stores[0].occurrence_insert_many([occurrence(f"k{n}-{_}") for n in range(20)])
+            claimed = await stores[0].occurrence_claim("i1", ["t"], 20, TTL, now=T0)
+            done = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in claimed]
+            await stores[0].occurrence_complete("i1", done, now=T0)
+            await asyncio.gather(*(s.history_prune(None, 5, 1000) for s in stores))
+            left = await stores[0].occurrence_list(limit=100)
+            assert len(left) == 5, [o.state.value for o in left]
+    finally:
+        for store in stores:
+            await store.close()
+
+
 # -- wake-ups -----------------------------------------------------------------------------------
 async def test_work_wait_wakes_on_an_insert_by_another_handle(etcd_url: str) -> None:
     waiter, writer = EtcdStore(etcd_url), EtcdStore(etcd_url)

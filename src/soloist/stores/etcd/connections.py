@@ -160,10 +160,10 @@ class Connections:
         descending: bool = False,
         keys_only: bool = False,
         count_only: bool = False,
+        revision: int = 0,
     ) -> Any:
-        return await self._call(
-            "kv", "Range", range_request(key, end, limit, descending, keys_only, count_only)
-        )
+        request = range_request(key, end, limit, descending, keys_only, count_only, revision)
+        return await self._call("kv", "Range", request)
 
     async def txn(
         self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
@@ -277,7 +277,9 @@ def range_request(
     descending: bool = False,
     keys_only: bool = False,
     count_only: bool = False,
+    revision: int = 0,
 ) -> Any:
+    """A Range request; ``revision`` 0 reads the newest revision, else that one."""
     return rpc.RangeRequest(
         key=key,
         range_end=end or b"",
@@ -286,6 +288,7 @@ def range_request(
         sort_target=rpc.RangeRequest.KEY,
         keys_only=keys_only,
         count_only=count_only,
+        revision=revision,
     )
 
 

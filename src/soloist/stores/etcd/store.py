@@ -862,15 +862,22 @@ class EtcdStore:
         self, before: datetime | None, keep: int | None, limit: int, *, dry_run: bool = False
     ) -> int:
         start, end = self._prefix("h")
+        # The count and the rows are read at one revision: a prune that counted before a
+        # concurrent one's deletions must not then take the rows after them as "over".
+        total, revision = 0, 0
+        if keep is not None:
+            with self._conns.translated():
+                counted = await self._conns.range(start, end, count_only=True)
+            total, revision = int(counted.count), int(counted.header.revision)
         victims: list[Any] = []
         if before is not None:
-            victims += await self._range(start, start + codec.sort_key(before), limit=limit)
+            cut = start + codec.sort_key(before)
+            victims += await self._range(start, cut, limit=limit, revision=revision)
         if keep is not None and len(victims) < limit:
-            with self._conns.translated():
-                total = int((await self._conns.range(start, end, count_only=True)).count)
             over = total - len(victims) - keep
             if over > 0:
-                oldest = await self._range(start, end, limit=min(limit, over + len(victims)))
+                wanted = min(limit, over + len(victims))
+                oldest = await self._range(start, end, limit=wanted, revision=revision)
                 seen = {bytes(kv.key) for kv in victims}
                 victims += [kv for kv in oldest if bytes(kv.key) not in seen]
         victims = victims[:limit]
