@@ -292,7 +292,10 @@ def test_kill9_of_a_holder_moves_its_partitions_within_ttl_and_loses_no_instant(
 
     until = whole_second_after(now()) + timedelta(seconds=1)
     wait_until_moment(until + timedelta(seconds=1))
-    window = assert_each_scope_second_once(cluster, first, until)
+    # The takeover plans b's missed seconds at once: on a loaded box that backlog can run
+    # into the next second of a scope, which the default overlap policy then skips (the
+    # audit log must show the earlier run spanning its due time).
+    window = assert_each_scope_second_once(cluster, first, until, overlapped=True)
     assert {o.instance_id for o in window} >= {"a", "c"}
     for iid in ("a", "c"):
         instances[iid][0].send(signal.SIGTERM)
