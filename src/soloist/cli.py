@@ -40,6 +40,7 @@ from soloist.stores.urls import mask_url
 from soloist.timeline import MAX_UPCOMING
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: The values of ``--log-level`` (any case).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -52,14 +53,20 @@ def _store_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
-store_option = click.option(
-    "--store",
-    envvar="SOLOIST_STORE_URL",
-    default=DEFAULT_STORE_URL,
-    show_default=True,
-    callback=_store_url,
-    help="Store URL (env SOLOIST_STORE_URL).",
-)
+def _store_option(more: str = "") -> Callable[[F], F]:
+    """The ``--store`` option (env SOLOIST_STORE_URL, checked when parsed); ``more`` is
+    added to its help."""
+    return click.option(
+        "--store",
+        envvar="SOLOIST_STORE_URL",
+        default=DEFAULT_STORE_URL,
+        show_default=True,
+        callback=_store_url,
+        help=f"Store URL (env SOLOIST_STORE_URL).{more}",
+    )
+
+
+store_option = _store_option()
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
@@ -198,14 +205,8 @@ def _read_only_app(url: str) -> Scheduler:
 
 @main.command()
 @click.argument("app")
-@click.option(
-    "--store",
-    envvar="SOLOIST_STORE_URL",
-    default=DEFAULT_STORE_URL,
-    show_default=True,
-    callback=_store_url,
-    help="Store URL (env SOLOIST_STORE_URL). Given on the command line, it replaces the "
-    "app's own store (with a warning naming both).",
+@_store_option(
+    " Given on the command line, it replaces the app's own store (with a warning naming both)."
 )
 @click.option(
     "--instance-id",
@@ -630,15 +631,7 @@ class _EnqueueCommand(click.Command):
 @click.option("--delay", default=None, help="Run after this delay, e.g. 10m.")
 @click.option("--at", "at_", default=None, help="Run at this RFC 3339 time.")
 @click.option("--key", default=None, help="Idempotency key: at most one run per key.")
-@click.option(
-    "--store",
-    envvar="SOLOIST_STORE_URL",
-    default=DEFAULT_STORE_URL,
-    show_default=True,
-    callback=_store_url,
-    help="Store URL (env SOLOIST_STORE_URL). Given on the command line, it replaces the "
-    "app's own store.",
-)
+@_store_option(" Given on the command line, it replaces the app's own store.")
 @json_option
 @click.pass_context
 def enqueue(
