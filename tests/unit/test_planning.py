@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from ticks import plan_tick, started
 
-from soloist import Scheduler, every
+from soloist import Scheduler, cron, every
 from soloist.errors import ConfigError
 from soloist.models import SLOTS, InstanceInfo, slot_partition, stream_slot
 from soloist.runtime import Runtime
@@ -150,6 +150,36 @@ async def test_max_runs_are_not_spent_while_paused(clock: FakeClock, store: Memo
     assert len(rows) == 2
     cursor = await store.plan_cursor_get("capped", "")
     assert cursor is not None and cursor.planned_count == 2 and cursor.next_plan_time is None
+
+
+async def test_a_schedule_deleted_and_added_again_plans_no_instant_twice(
+    clock: FakeClock, store: MemoryStore
+) -> None:
+    """A dynamic schedule deleted and added again while its next instant is already
+    planned (1 s ahead, the lookahead) plans that instant again, from a new cursor, and
+    gets the same occurrence: an occurrence's key is its job, scope and plan time, nothing
+    else, so each instant has one occurrence."""
+    app = make_app(clock, store)
+    app.task(name="work")(lambda ctx: None)
+    await app.schedules.aadd("report", task="work", schedule=cron("* * * * *"))
+    runtime = await started(app)
+    await plan_tick(runtime)
+    clock.advance(59.5)  # 12:00:59.5: 12:01 is within the lookahead
+    await plan_tick(runtime)
+    (planned,) = await store.occurrence_list(job="report", limit=10)
+    assert planned.plan_time == T0 + timedelta(minutes=1)
+
+    assert await app.schedules.adelete("report")
+    await app.schedules.aadd("report", task="work", schedule=cron("* * * * *"))
+    await plan_tick(runtime)  # the new stream starts at 12:00:59.5: 12:01 is its first
+    cursor = await store.plan_cursor_get("report", "")
+    assert cursor is not None and cursor.last_plan_time == T0 + timedelta(minutes=1)
+    for _ in range(2):
+        clock.advance(30)
+        await plan_tick(runtime)
+    rows = await store.occurrence_list(job="report", limit=10)
+    assert sorted(o.plan_time for o in rows) == [T0 + timedelta(minutes=m) for m in (1, 2)]
+    assert planned.id in {o.id for o in rows}
 
 
 async def test_an_unknown_task_is_looked_at_after_refresh(
