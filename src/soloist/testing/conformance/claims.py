@@ -160,6 +160,45 @@ class ClaimConformance:
         await store.occurrence_complete("i1", [done], now=at(2))
         assert [o.id for o in await claim(store, now=at(3))] == [queued.id]
 
+    async def test_overlap_skip_holds_across_instances(self, store: Store, store2: Store) -> None:
+        """overlap=skip across instances: while instance i1 runs an occurrence, a claim by
+        instance i2 (another handle, as another process) skips the next one of its
+        job+scope, and leaves i1's run alone."""
+        await insert(store, new_occurrence("first", overlap=Overlap.SKIP))
+        (running,) = await claim(store, instance="i1", now=T0)
+        (second,) = await insert(
+            store2, new_occurrence("second", due_at=at(1), overlap=Overlap.SKIP)
+        )
+        assert await claim(store2, instance="i2", now=at(3)) == []
+        skipped = await store2.occurrence_get(second.id)
+        assert skipped is not None
+        assert (skipped.state, skipped.error_code) == (State.SKIPPED, ErrorCode.OVERLAP.value)
+        assert await store.occurrence_get(running.id) == running
+        # Once i1's run ends, i2 runs the job's next occurrence.
+        done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+        assert await store.occurrence_complete("i1", [done], now=at(4)) == {running.id}
+        (third,) = await insert(store2, new_occurrence("third", due_at=at(5), overlap=Overlap.SKIP))
+        assert [o.id for o in await claim(store2, instance="i2", now=at(5))] == [third.id]
+
+    async def test_overlap_queue_holds_across_instances(self, store: Store, store2: Store) -> None:
+        """overlap=queue across instances: while instance i1 runs an occurrence, a claim by
+        instance i2 (another handle) leaves the next one scheduled; it runs once i1's run
+        ends."""
+        await insert(store, new_occurrence("first", overlap=Overlap.QUEUE))
+        (running,) = await claim(store, instance="i1", now=T0)
+        (queued,) = await insert(
+            store2, new_occurrence("second", due_at=at(1), overlap=Overlap.QUEUE)
+        )
+        assert await claim(store2, instance="i2", now=at(2)) == []
+        waiting = await store2.occurrence_get(queued.id)
+        assert waiting is not None and waiting.state == State.SCHEDULED
+        assert (waiting.attempt, waiting.error_code, waiting.finished_at) == (0, None, None)
+        assert await store.occurrence_get(running.id) == running
+        done = Outcome(running.id, running.fencing_token, State.SUCCEEDED)
+        assert await store.occurrence_complete("i1", [done], now=at(3)) == {running.id}
+        (then,) = await claim(store2, instance="i2", now=at(4))
+        assert (then.id, then.instance_id) == (queued.id, "i2")
+
     async def test_overlap_allow_runs_side_by_side(self, store: Store) -> None:
         """overlap=allow: occurrences of one job+scope are claimed together and while running."""
         await insert(store, new_occurrence("a"), new_occurrence("b"))
