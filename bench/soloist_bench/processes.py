@@ -36,8 +36,10 @@ class Workers:
     this process's soloist, or with ``src`` (``--compare-src``) the one in that folder
     (``src`` first on their ``PYTHONPATH``). After the block, :attr:`runs` holds the runs
     of the task by handler kind (as the handlers counted them), :attr:`log_lines` the
-    lines the instances logged and :attr:`soloist_dirs` the folders of the soloist
-    packages the worker processes said they ran."""
+    lines the instances logged, :attr:`soloist_dirs` the folders of the soloist
+    packages the worker processes said they ran and :attr:`cpu_s` the CPU seconds the
+    worker processes spent serving (None for in-process instances, or when a worker did not
+    say: a soloist too old to report it)."""
 
     def __init__(
         self,
@@ -58,6 +60,8 @@ class Workers:
         self.runs: dict[str, int] = {}
         self.log_lines = 0
         self.soloist_dirs: set[str] = set()
+        self.cpu_s: float | None = None
+        self._cpu: list[float] = []
         self._counter = RunCounter()  # in-process instances
         # The workers' stderr (their logs), shown if one fails to start; open as long as
         # they run, closed by __aexit__.
@@ -120,6 +124,8 @@ class Workers:
                 except asyncio.TimeoutError:
                     proc.kill()
                     await proc.wait()
+            if self.procs and len(self._cpu) == len(self.procs):
+                self.cpu_s = sum(self._cpu)
             self._logs.flush()
             self._logs.seek(0)
             self.log_lines = sum(1 for _ in self._logs)
@@ -140,6 +146,8 @@ class Workers:
                     self.runs[kind] = self.runs.get(kind, 0) + int(count)
                 if reported.get("soloist"):
                     self.soloist_dirs.add(reported["soloist"])
+                if isinstance(reported.get("cpu_s"), (int, float)):
+                    self._cpu.append(float(reported["cpu_s"]))
 
 
 def _log_to(stream: Any) -> Callable[[], None]:

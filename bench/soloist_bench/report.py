@@ -203,13 +203,26 @@ def _rows(store: dict[str, Any]) -> Iterator[tuple[str, str]]:
             setting = _setting(figures)
             if "skipped" not in figures:
                 yield f"drain: executions/s, {setting.label}", f"{figures['per_s']:,.0f}"
+                baseline = figures.get("baseline", {})
                 if f"drain_{key}_over_baseline" in compared:
                     label, value = compared[f"drain_{key}_over_baseline"]
                     yield (
                         f"drain, baseline soloist: executions/s, {setting.label}",
-                        f"{figures['baseline']['per_s']:,.0f}",
+                        f"{baseline['per_s']:,.0f}",
                     )
                     yield f"ratio: {label}", f"{value:.3g}"
+                # What one execution cost the worker processes (CPU from ready to stop): a
+                # figure that other load on the machine hardly moves, unlike the rate.
+                if "cpu_us_per_run" in figures:
+                    yield (
+                        f"drain: worker CPU µs per execution, {setting.label}",
+                        f"{figures['cpu_us_per_run']:,.0f}",
+                    )
+                if "cpu_us_per_run" in baseline:
+                    yield (
+                        f"drain, baseline soloist: worker CPU µs per execution, {setting.label}",
+                        f"{baseline['cpu_us_per_run']:,.0f}",
+                    )
             elif setting.processes not in skipped:
                 skipped.add(setting.processes)
                 yield f"drain, {setting.processes} worker processes", figures["skipped"]

@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -141,11 +142,13 @@ def worker_main(
 ) -> None:
     """One benchmark worker process: serve the no-op task (a plain ``def`` or an ``async
     def``, per ``handler``) until SIGTERM. Prints ``ready`` once started and, once stopped,
-    one JSON line ``{"runs": {kind: count}, "soloist": folder}`` (the runs its handler
-    counted, the soloist package it ran). With ``log_mode="default"`` logging is set up as
-    ``app.run()`` does where the program has not (INFO lines as text to stderr); ``quiet``
-    leaves it unconfigured (WARNING and above reach stderr). Exits with a message naming
-    what is missing where the soloist imported lacks something it uses (:func:`missing`)."""
+    one JSON line ``{"runs": {kind: count}, "soloist": folder, "cpu_s": seconds}`` (the
+    runs its handler counted, the soloist package it ran, and the CPU time the process spent
+    between ``ready`` and SIGTERM, all its threads: see :func:`serve`). With
+    ``log_mode="default"`` logging is set up as ``app.run()`` does where the program has
+    not (INFO lines as text to stderr); ``quiet`` leaves it unconfigured (WARNING and
+    above reach stderr). Exits with a message naming what is missing where the soloist
+    imported lacks something it uses (:func:`missing`)."""
     gaps = missing(log_mode)
     if gaps:
         raise SystemExit(f"soloist_bench worker: {worker_problem(gaps, soloist_dir())}")
@@ -158,8 +161,8 @@ def worker_main(
     app = Scheduler(url, **scheduler_options(concurrency))
     counter = RunCounter()
     app.task(name=NOOP)(counter.handler(handler))
-    asyncio.run(serve(app))
-    print(json.dumps({"runs": counter.counts, "soloist": soloist_dir()}), flush=True)
+    cpu = asyncio.run(serve(app))
+    print(json.dumps({"runs": counter.counts, "soloist": soloist_dir(), "cpu_s": cpu}), flush=True)
 
 
 def probe_main(log_mode: str) -> None:
@@ -169,19 +172,25 @@ def probe_main(log_mode: str) -> None:
     print(json.dumps({"soloist": soloist_dir(), "missing": missing(log_mode)}), flush=True)
 
 
-async def serve(app: Scheduler, every_second: Callable[[], None] | None = None) -> None:
+async def serve(app: Scheduler, every_second: Callable[[], None] | None = None) -> float:
     """Start ``app``, print ``ready``, serve until SIGTERM (calling ``every_second``, if
-    given, once at the start and then every second), then stop."""
+    given, once at the start and then every second), then stop. Returns the CPU time of the
+    process (every thread, user and system) from ``ready`` to SIGTERM: the work of serving,
+    without start-up and shutdown. Unlike a rate, it hardly moves when other programs load
+    the machine, so it shows what a change costs per execution on a noisy box."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await app.start()
     if every_second is not None:
         every_second()
     print("ready", flush=True)
+    cpu = time.process_time()
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), 1.0 if every_second is not None else None)
         except asyncio.TimeoutError:
             assert every_second is not None
             every_second()
+    cpu = time.process_time() - cpu
     await app.stop()
+    return cpu

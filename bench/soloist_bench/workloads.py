@@ -98,6 +98,14 @@ async def measure_drain(
         last = max(o.finished_at for o in rows if o.finished_at is not None)
         window = (last - first).total_seconds()
         runners = {o.instance_id for o in rows}
+        cpu: dict[str, float] = {}
+        if workers.cpu_s is not None:
+            # All worker processes' CPU from ready to SIGTERM per execution: what one
+            # execution costs the workers, hardly moved by other load on the machine.
+            cpu = {
+                "worker_cpu_s": workers.cpu_s,
+                "cpu_us_per_run": workers.cpu_s / config.tasks * 1e6,
+            }
         return {
             "per_s": config.tasks / window,
             "window_s": window,
@@ -107,6 +115,7 @@ async def measure_drain(
             # As the handlers counted them (the workers report theirs when they stop).
             "handler_runs": workers.runs,
             "worker_log_lines": workers.log_lines,
+            **cpu,
         }
     finally:
         await store.close()

@@ -122,6 +122,12 @@ def test_bench_on_redis_measures_with_processes_and_leaves_no_keys(
         # Counted by the handlers in the worker processes, reported when they stop.
         assert figures["handler_runs"] == {"def": 300}
         assert figures["worker_log_lines"] >= 600
+        # The workers' CPU from ready to stop, all processes, and per execution.
+        assert figures["worker_cpu_s"] > 0
+        assert figures["cpu_us_per_run"] == figures["worker_cpu_s"] / 300 * 1e6
+    assert "| drain: worker CPU µs per execution, concurrency 10, def, 1 worker process |" in (
+        done.stdout
+    )
     assert store["drain"]["c10_def_p2"]["instances_used"] in (1, 2)
     assert store["failover"]["runs"][0]["epochs"] == [1, 2, 3]
     assert store["baseline"]["ping_per_s"] > 0 and store["baseline"]["raw_script_per_s"] > 0
