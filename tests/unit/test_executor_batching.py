@@ -291,10 +291,12 @@ async def test_the_claim_takes_every_free_slot_in_one_call(
 
 
 async def test_sync_handlers_hand_their_results_back_in_bursts(
-    clock: FakeClock, store: CountingStore
+    clock: FakeClock, store: CountingStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Sync handlers run in worker threads; each result reaches its own run, and a sync
-    handler past its timeout is recorded as timeout while its late result is ignored."""
+    handler past its timeout is recorded as timeout while its late result is ignored: once
+    it has returned (the pool logs leaked_thread_returned), the occurrence still has no
+    result and was written once."""
     app = make_app(clock, store, "a")
     release = asyncio.Event()
     slow_started = asyncio.Event()
@@ -325,8 +327,22 @@ async def test_sync_handlers_hand_their_results_back_in_bursts(
         "timeout",
         None,
     )
-    release.set()  # the abandoned thread finishes; its result goes nowhere
-    await asyncio.sleep(0.05)
+
+    def returned() -> bool:
+        return any(getattr(r, "action", None) == "leaked_thread_returned" for r in caplog.records)
+
+    with caplog.at_level(logging.INFO, logger="soloist"):
+        release.set()  # the abandoned thread finishes; its result goes nowhere
+        for _ in range(500):
+            if returned():
+                break
+            await asyncio.sleep(0.01)
+        assert returned(), "the abandoned handler never returned"
+    await runtime.executor.drain(0)  # any write still queued is made
     occ = await store.occurrence_get(late)
-    assert occ is not None and occ.result is None
-    await runtime.executor.drain(0)
+    assert occ is not None and (occ.state, occ.error_code, occ.result) == (
+        State.DEAD,
+        "timeout",
+        None,
+    )
+    assert sum(ids.count(late) for ids in store.completes("a")) == 1

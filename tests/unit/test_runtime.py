@@ -214,7 +214,9 @@ async def test_stale_runner_is_fenced_out(clock: FakeClock, store: MemoryStore) 
 
 
 async def test_overlap_skip_records_skipped(clock: FakeClock, store: MemoryStore) -> None:
-    """With overlap=skip, an occurrence due while the previous one runs is skipped."""
+    """With overlap=skip, the occurrences that fall due while the previous one runs are
+    skipped: 12:00:01 runs until after 12:00:03; 12:00:02 and 12:00:03 (planned at 12:00:02,
+    1 s ahead) are skipped at the claim of 12:00:03; the first one still succeeds."""
     app = make_app(clock, store, "a")
     gate = asyncio.Event()
 
@@ -232,8 +234,12 @@ async def test_overlap_skip_records_skipped(clock: FakeClock, store: MemoryStore
     await runtime.executor.tick()
     gate.set()
     await settle(runtime)
-    states = sorted(o.state.value for o in await store.occurrence_list(job="long"))
-    assert "skipped" in states and "succeeded" in states
+    rows = sorted(await store.occurrence_list(job="long"), key=lambda o: o.plan_time)
+    assert [(o.plan_time.second, o.state.value, o.error_code) for o in rows] == [
+        (1, "succeeded", None),
+        (2, "skipped", "overlap"),
+        (3, "skipped", "overlap"),
+    ]
 
 
 async def test_graceful_stop_releases_unfinished_runs(clock: FakeClock, store: MemoryStore) -> None:
