@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from soloist.errors import LeaseLostError, OccurrenceCancelledError
+from soloist.logs import log_event
 from soloist.models import JSONDict, Occurrence
 from soloist.tracing import TRACE_KEY
 
@@ -114,10 +115,7 @@ class JobContext:
         occurrence's fields, as ``logger.log`` would, minus the work that a line logged
         twice per run cannot afford: the adapter and the caller's frame lookup (the record
         names this module, line 0). The caller has checked that ``level`` is enabled."""
-        logger = self._base_logger
-        fields = {**self._fields(), **extra}
-        record = logger.makeRecord(logger.name, level, __file__, 0, msg, args, None, None, fields)
-        logger.handle(record)
+        log_event(self._base_logger, level, msg, args, {**self._fields(), **extra})
 
     @property
     def cancelled(self) -> bool:

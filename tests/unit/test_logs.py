@@ -10,7 +10,13 @@ import threading
 import time
 
 from soloist.context import _FieldsAdapter
-from soloist.logs import BATCH_CHARS, JsonFormatter, LoopBatchedHandler, TextFormatter
+from soloist.logs import (
+    BATCH_CHARS,
+    JsonFormatter,
+    LoopBatchedHandler,
+    TextFormatter,
+    log_event,
+)
 
 
 class Writes:
@@ -228,3 +234,115 @@ def test_json_lines_hold_any_extra_value_and_only_the_users_fields() -> None:
 
 def _refuse(constant: str) -> object:
     raise AssertionError(f"{constant} is not JSON")
+
+
+# -- the runtime's per-run lines (log_event) ----------------------------------------------
+def _run_fields(**more: object) -> dict[str, object]:
+    return {
+        "job": "tick",
+        "scope": "",
+        "plan_time": "2026-11-25T06:00:00+00:00",
+        "attempt": 2,
+        "execution_id": "occ-1",
+        "instance_id": "inst-a",
+        **more,
+    }
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _as_configured(stream: Writes) -> tuple[logging.Logger, LoopBatchedHandler]:
+    """A logger set up as ``configure()`` sets up the root (one LoopBatchedHandler with a
+    TextFormatter at the top of the hierarchy), under a parent of its own."""
+    parent = logging.getLogger(f"soloist-test-events-{id(stream)}")
+    handler = LoopBatchedHandler(stream)
+    handler.setFormatter(TextFormatter())
+    parent.handlers[:] = [handler]
+    parent.propagate = False
+    parent.setLevel(logging.INFO)
+    return logging.getLogger(f"{parent.name}.runtime"), handler
+
+
+def test_a_per_run_line_reads_as_the_record_of_the_same_event_would(monkeypatch) -> None:
+    """Where configure()'s handler alone gets the line, log_event writes it without a
+    LogRecord: the text is the one that logging's own path makes of the same event, to
+    the character (same clock reading)."""
+    monkeypatch.setattr(time, "time", lambda: 1_764_050_400.123456)
+    monkeypatch.setattr(time, "time_ns", lambda: 1_764_050_400_123_456_000)
+    stream = Writes()
+    logger, _ = _as_configured(stream)
+    events = [
+        ("claimed %s (plan %s, attempt %d, token %d)", ("tick", "p", 2, 7), {"action": "claimed"}),
+        ("succeeded %s in %.3fs", ("tick", 0.0042), {"action": "succeeded", "duration_s": 0.0042}),
+        ("x", (), {"action": "y", "scope": "eu", "error_code": "timeout"}),
+    ]
+
+    def no_record(*args: object, **kwargs: object) -> logging.LogRecord:
+        raise AssertionError("log_event made a LogRecord where none was needed")
+
+    async def main() -> None:
+        for msg, args, extra in events:
+            logger.makeRecord = no_record  # type: ignore[method-assign]
+            log_event(logger, logging.INFO, msg, args, _run_fields(**extra))
+            del logger.makeRecord  # the class's own again
+            record = logger.makeRecord(
+                logger.name, logging.INFO, __file__, 0, msg, args, None, None, _run_fields(**extra)
+            )
+            logger.handle(record)
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    lines = stream.lines
+    assert len(lines) == 6
+    for fast, standard in zip(lines[::2], lines[1::2], strict=True):
+        assert fast == standard
+    assert lines[0].split()[1].endswith(",123"), lines[0]
+    assert (
+        "claimed tick (plan p, attempt 2, token 7)  [action=claimed instance_id=inst-a"
+        in (lines[0])
+    )
+    assert lines[4].endswith("execution_id=occ-1 error_code=timeout]"), lines[4]
+
+
+def test_a_per_run_line_is_a_record_wherever_anything_else_would_see_it() -> None:
+    """Another handler, a filter on the handler or on the logger, or a JSON formatter:
+    log_event makes a real record with the fields, so that each of them gets it."""
+    stream = Writes()
+    logger, handler = _as_configured(stream)
+    assert logger.parent is not None
+    extra = _Collect()
+    logger.parent.addHandler(extra)
+    log_event(logger, logging.INFO, "claimed %s", ("tick",), _run_fields(action="claimed"))
+    (record,) = extra.records
+    assert record.getMessage() == "claimed tick" and record.__dict__["job"] == "tick"
+    logger.parent.removeHandler(extra)
+
+    seen: list[str] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        seen.append(record.getMessage())
+        return record.getMessage() != "dropped"
+
+    handler.addFilter(keep)
+    log_event(logger, logging.INFO, "dropped", (), _run_fields(action="claimed"))
+    log_event(logger, logging.INFO, "kept", (), _run_fields(action="claimed"))
+    handler.removeFilter(keep)
+    logger.addFilter(keep)
+    log_event(logger, logging.INFO, "dropped", (), _run_fields(action="claimed"))
+    logger.removeFilter(keep)
+    assert seen == ["dropped", "kept", "dropped"]
+
+    handler.setFormatter(JsonFormatter())
+    log_event(logger, logging.INFO, "as json", (), _run_fields(action="claimed"))
+    handler.flush()
+    assert [line for line in stream.lines if "dropped" in line] == []
+    assert any("kept" in line for line in stream.lines)
+    data = json.loads(stream.lines[-1])
+    assert data["message"] == "as json" and data["execution_id"] == "occ-1", data
