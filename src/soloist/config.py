@@ -77,6 +77,9 @@ class Config:
     migrate: bool = True
     #: The IANA zone of cron schedules that name none (``cron(expr)`` without ``tz``).
     timezone: str = "UTC"
+    #: Dynamic schedules that keep their own ``job`` label in the metrics (every other one
+    #: is counted under ``job="(dynamic)"``; see soloist.metrics).
+    metrics_jobs: frozenset[str] = frozenset()
 
     @classmethod
     def resolve(
@@ -99,6 +102,7 @@ class Config:
         partitions: object = None,
         migrate: object = None,
         timezone: object = None,
+        metrics_jobs: object = None,
     ) -> Config:
         """Each setting from its argument; where that is None, from its ``SOLOIST_*``
         variable (:data:`VARIABLES`; an empty one counts as unset); else the default. A bad
@@ -147,6 +151,8 @@ class Config:
         count = check_partitions(value if value is not None else DEFAULT_PARTITIONS, what=what)
         value, what = setting("timezone", timezone)
         zone = check_timezone(value, what=what) if value is not None else "UTC"
+        value, what = setting("metrics_jobs", metrics_jobs)
+        labelled = check_metrics_jobs(value, what=what) if value is not None else frozenset()
         value, what = setting("migrate", migrate)
         return cls(
             store_url=url,
@@ -166,6 +172,7 @@ class Config:
             partitions=count,
             migrate=check_flag(value, what=what) if value is not None else True,
             timezone=zone,
+            metrics_jobs=labelled,
         )
 
     def override(
@@ -219,12 +226,16 @@ VARIABLES: dict[str, str] = {
     "misfire_grace": "SOLOIST_MISFIRE_GRACE",
     "migrate": "SOLOIST_MIGRATE",
     "timezone": "SOLOIST_TIMEZONE",
+    "metrics_jobs": "SOLOIST_METRICS_JOBS",
 }
 
 DEFAULT_CONCURRENCY = 10
 DEFAULT_POLL_INTERVAL = timedelta(seconds=1)
 DEFAULT_GRACE_PERIOD = timedelta(seconds=30)
 DEFAULT_PARTITIONS = 64
+#: Names ``metrics_jobs`` may list at most: each one adds about 60 series (some 5 KB of
+#: text) to every instance's ``/metrics``.
+MAX_METRICS_JOBS = 100
 
 
 def setting(name: str, argument: object) -> tuple[object, str]:
@@ -371,3 +382,31 @@ def check_partitions(value: object, *, what: str = "partitions") -> int:
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= SLOTS:
         raise ConfigError(f"invalid {what} {value!r}: expected an integer from 1 to {SLOTS}")
     return count
+
+
+def check_metrics_jobs(value: object, *, what: str = "metrics_jobs") -> frozenset[str]:
+    """The names of ``metrics_jobs``: a string of names separated by commas (as the
+    environment gives it; spaces around a name are dropped) or an iterable of names, each
+    non-empty and printable, at most :data:`MAX_METRICS_JOBS`."""
+    if isinstance(value, str):
+        names: list[object] = [name.strip() for name in value.split(",")]
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        names = list(value)
+    else:
+        raise ConfigError(
+            f"invalid {what} {value!r}: expected job names, as a list or separated by commas"
+        )
+    # The whole value is named when short (a variable's text); a long list by its bad name.
+    given = f" {value!r}" if len(repr(value)) <= 200 else ""
+    for name in names:
+        if not isinstance(name, str) or not name.strip() or any(ord(c) < 32 for c in name):
+            raise ConfigError(
+                f"invalid {what}{given}: {name!r} is not a job name (expected non-empty "
+                "printable names, separated by commas)"
+            )
+    if len(set(names)) > MAX_METRICS_JOBS:
+        raise ConfigError(
+            f"invalid {what}: {len(set(names))} names, expected at most {MAX_METRICS_JOBS} "
+            "(each adds about 60 series to every instance's /metrics)"
+        )
+    return frozenset(str(name) for name in names)

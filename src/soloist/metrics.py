@@ -9,6 +9,13 @@ What the store holds (occurrences by job and state, the queue depth) is not coun
 runtime: it is read with :meth:`Store.occurrence_counts` when ``/metrics`` is scraped,
 at most once per :data:`COUNTS_MAX_AGE` seconds (:meth:`Metrics.refresh_counts`).
 
+Labels stay bounded whatever the number of jobs: a ``job`` label names a job or task
+defined in this process's code (the registry's tasks), or one of the names configured in
+``metrics_jobs`` (``SOLOIST_METRICS_JOBS``); every other job (dynamic schedules added at
+run time, jobs only another app defines) is counted under ``job="(dynamic)"``
+(:data:`AGGREGATED`), in the runtime's counters and in the store's counts alike. Scopes are
+never a label. docs/reference/http.md, "Metrics", states the rule for users.
+
 Metric names (all ``soloist_``): ``occurrences{job,state}``, ``queue_depth``,
 ``runs_total{job,outcome}``, ``run_duration_seconds{job}``, ``lateness_seconds{job}``,
 ``retries_total{job}``, ``lease_steals_total{job}``, ``is_leader``,
@@ -23,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections import Counter as Tally
+from collections.abc import Container, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
@@ -42,6 +50,7 @@ if TYPE_CHECKING:
     from soloist.stores.base import Store
 
 __all__ = [
+    "AGGREGATED",
     "CONTENT_TYPE_LATEST",
     "COUNTS_MAX_AGE",
     "NO_METRICS",
@@ -53,6 +62,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("soloist")
+
+#: The ``job`` label of every job that keeps no label of its own: dynamic schedules (and
+#: jobs only other apps define) are counted together, so that the number of series does
+#: not grow with them.
+AGGREGATED = "(dynamic)"
 
 #: How long a reading of the store's counts serves scrapes before it is read again.
 COUNTS_MAX_AGE = 5.0
@@ -126,14 +140,15 @@ class _OccurrenceCollector(Collector):
         counts = self._metrics.counts
         if counts is None:
             return []  # never read (or the store failed every time): say nothing
+        by_label = self._metrics.counts_by_label(counts)
         by_state = GaugeMetricFamily(
             "soloist_occurrences",
             "Occurrences in the store by job and state (read at scrape time, cached "
             f"{COUNTS_MAX_AGE:.0f}s).",
             labels=["job", "state"],
         )
-        for (job, state), count in sorted(counts.by_job_state.items()):
-            by_state.add_metric([job, state.value], count)
+        for (job, state), count in sorted(by_label.items()):
+            by_state.add_metric([job, state], count)
         depth = GaugeMetricFamily(
             "soloist_queue_depth",
             "Claimable occurrences (scheduled or failed) whose due time has passed.",
@@ -225,9 +240,25 @@ NO_METRICS: RuntimeMetrics = NoMetrics()
 
 
 class Metrics:
-    """The metrics of one scheduler instance, in their own registry."""
+    """The metrics of one scheduler instance, in their own registry.
 
-    def __init__(self, instance_id: str, mode: str) -> None:
+    ``defined``: the names that keep their own ``job`` label, looked up at each use (the
+    scheduler passes its registry's tasks, which name every job and task defined in
+    code, so that jobs defined after the scheduler was made count too); ``keep``: more
+    names that keep theirs (the ``metrics_jobs`` setting). Any other job is counted
+    under :data:`AGGREGATED`. ``defined=None`` gives every job its label (a bare
+    :class:`Metrics`, as unit tests make)."""
+
+    def __init__(
+        self,
+        instance_id: str,
+        mode: str,
+        *,
+        defined: Container[str] | None = None,
+        keep: Iterable[str] = (),
+    ) -> None:
+        self._defined = defined
+        self._keep = frozenset(keep)
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.runs_total = Counter(
@@ -294,16 +325,41 @@ class Metrics:
         self.pool: LeakCounts | None = None
         self.registry.register(_LeakCollector(self))
         self._jobs: dict[str, JobMetrics] = {}
+        #: The last reading of the store's counts (by job name, as the store keeps them).
         self.counts: OccurrenceCounts | None = None
+        self._by_label: tuple[OccurrenceCounts, dict[tuple[str, str], int]] | None = None
         self._counts_at = float("-inf")
         self._counts_lock: asyncio.Lock | None = None
 
+    # -- labels -------------------------------------------------------------------------------
+    def label(self, job: str) -> str:
+        """The ``job`` label of ``job``: its name if it is defined in code here or kept by
+        ``metrics_jobs``, else :data:`AGGREGATED`."""
+        if self._defined is None or job in self._defined or job in self._keep:
+            return job
+        return AGGREGATED
+
+    def counts_by_label(self, counts: OccurrenceCounts) -> dict[tuple[str, str], int]:
+        """``counts`` by (job label, state value): the jobs without a label of their own
+        summed under :data:`AGGREGATED`. Worked out once per reading of the store."""
+        cached = self._by_label
+        if cached is not None and cached[0] is counts:
+            return cached[1]
+        summed: Tally[tuple[str, str]] = Tally()
+        for (job, state), count in counts.by_job_state.items():
+            summed[(self.label(job), state.value)] += count
+        self._by_label = (counts, dict(summed))
+        return self._by_label[1]
+
     # -- called by the runtime ------------------------------------------------------------------
     def job(self, job: str) -> JobMetrics:
-        """The children of ``job`` (made on first use): the executor's per-run entry point."""
-        children = self._jobs.get(job)
+        """The children of ``job``'s label (made on first use): the executor's per-run
+        entry point. Jobs without a label of their own share the children of
+        :data:`AGGREGATED`, so that this map stays as small as the label set."""
+        label = self.label(job)
+        children = self._jobs.get(label)
         if children is None:
-            children = self._jobs[job] = JobMetrics(self, job)
+            children = self._jobs[label] = JobMetrics(self, label)
         return children
 
     def run_started(self, job: str, lateness_s: float) -> None:

@@ -68,6 +68,8 @@ class Scheduler:
     ``migrate=False``: never create or upgrade the store's schema when opening it; a store
     without soloist's newest schema fails the first call with StoreUnavailableError
     naming it, and nothing is created (what the CLI's read-only commands use).
+    ``metrics_jobs``: dynamic schedules that keep their own ``job`` label in the metrics
+    (every other one counts under ``job="(dynamic)"``; docs/reference/http.md, Metrics).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class Scheduler:
         partitions: int | None = None,
         migrate: bool | None = None,
         timezone: str | None = None,
+        metrics_jobs: str | Iterable[str] | None = None,
     ) -> None:
         url = store.url if isinstance(store, Store) else store
         if url is not None and not isinstance(url, str):
@@ -109,10 +112,12 @@ class Scheduler:
             partitions=partitions,
             migrate=migrate,
             timezone=timezone,
+            metrics_jobs=metrics_jobs,
         )
         self.clock: Clock = clock or SystemClock()
+        self.registry = Registry()
         #: This instance's Prometheus metrics (served by ``GET /metrics``).
-        self.metrics = Metrics(self.config.instance_id, self.config.mode)
+        self.metrics = self._new_metrics(self.config)
         self._http: HttpEndpoint | None = None
         self._control = InstanceControl(self)
         self._bridge = StoreBridge(
@@ -121,7 +126,6 @@ class Scheduler:
             given_url=url,
             migrate=self.config.migrate,
         )
-        self.registry = Registry()
         self.ops = Operations(self._bridge.store, self.registry, self._wake)
         self.schedules = Schedules(self)
         self._runtime: Runtime | None = None
@@ -496,8 +500,15 @@ class Scheduler:
         if config.store_url != self.config.store_url:
             self._bridge.move(config.store_url, self.instance_id)
         if (config.instance_id, config.mode) != (self.config.instance_id, self.config.mode):
-            self.metrics = Metrics(config.instance_id, config.mode)
+            self.metrics = self._new_metrics(config)
         self.config = config
+
+    def _new_metrics(self, config: Config) -> Metrics:
+        """Metrics that label the jobs and tasks defined in code here (the registry's,
+        as it grows) and ``metrics_jobs``; other jobs count under ``job="(dynamic)"``."""
+        return Metrics(
+            config.instance_id, config.mode, defined=self.registry.tasks, keep=config.metrics_jobs
+        )
 
     async def start(self, *, workers: bool = True) -> None:
         """Start planning and executing in the running event loop (e.g. an ASGI lifespan).

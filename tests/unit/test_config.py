@@ -34,6 +34,11 @@ FROM_ENV: dict[str, tuple[str, str, object]] = {
     "misfire_grace": ("SOLOIST_MISFIRE_GRACE", "1m", timedelta(minutes=1)),
     "migrate": ("SOLOIST_MIGRATE", "false", False),
     "timezone": ("SOLOIST_TIMEZONE", "Europe/Paris", "Europe/Paris"),
+    "metrics_jobs": (
+        "SOLOIST_METRICS_JOBS",
+        "report-1, report-2",
+        frozenset({"report-1", "report-2"}),
+    ),
 }
 
 #: An argument of each setting that differs from the variable's value above.
@@ -53,6 +58,7 @@ ARGUMENTS: dict[str, tuple[object, object]] = {
     "misfire_grace": ("7s", timedelta(seconds=7)),
     "migrate": (True, True),
     "timezone": ("America/New_York", "America/New_York"),
+    "metrics_jobs": (["report-9"], frozenset({"report-9"})),
 }
 
 BAD = {
@@ -71,6 +77,7 @@ BAD = {
     "SOLOIST_MISFIRE_GRACE": "soon",
     "SOLOIST_MIGRATE": "maybe",
     "SOLOIST_TIMEZONE": "Mars/Olympus_Mons",
+    "SOLOIST_METRICS_JOBS": "report-1,,report-2",
 }
 
 

@@ -1,5 +1,6 @@
 """Prometheus metrics: own registry per scheduler, counters moved by the runtime, store
-counts cached at scrape time, and the text format readable by Prometheus' parser."""
+counts cached at scrape time, the text format readable by Prometheus' parser, and labels
+bounded whatever the number of dynamic schedules."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from soloist import Scheduler, every
-from soloist.errors import StoreError
-from soloist.metrics import Metrics
-from soloist.models import OccurrenceCounts
+from soloist.errors import ConfigError, StoreError
+from soloist.metrics import AGGREGATED, Metrics
+from soloist.models import OccurrenceCounts, State
 from soloist.runtime import Runtime
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
@@ -40,6 +41,8 @@ def test_two_schedulers_keep_separate_registries() -> None:
     """Two schedulers in one process register the same metric names without clashing."""
     a = Scheduler("memory://", instance_id="a")
     b = Scheduler("memory://", instance_id="b")
+    for app in (a, b):
+        app.task(name="job")(lambda ctx: None)
     a.metrics.run_finished("job", "succeeded", 0.1)
     assert value(parse(a.metrics), "soloist_runs_total", job="job", outcome="succeeded") == 1
     assert value(parse(b.metrics), "soloist_runs_total", job="job", outcome="succeeded") is None
@@ -176,3 +179,101 @@ async def test_runtime_counts_runs_retries_and_lateness() -> None:
     samples = parse(app.metrics)
     assert value(samples, "soloist_is_leader") == 0  # resigned on stop
     assert value(samples, "soloist_leader_changes_total") == 2
+
+
+# -- bounded labels -------------------------------------------------------------------------------
+def job_labels(samples: Samples) -> set[str]:
+    return {value for (_, pairs) in samples for key, value in pairs if key == "job"}
+
+
+def test_only_code_defined_jobs_and_metrics_jobs_keep_their_label() -> None:
+    """Runs of dynamic schedules share job="(dynamic)"; a job or task defined in code (also
+    after the scheduler was made) and a name in metrics_jobs keep their own label."""
+    app = Scheduler("memory://", metrics_jobs="kept, also-kept")
+    m = app.metrics
+    app.task(name="send")(lambda ctx: None)
+    app.job(every("1h"), name="nightly")(lambda ctx: None)
+    for job in ("nightly", "send", "kept", "report-1", "report-2", "report-3"):
+        m.run_finished(job, "succeeded", 0.1)
+    m.run_started("report-4", 0.2)
+    m.lease_stolen("report-5")
+    samples = parse(m)
+    assert job_labels(samples) == {"nightly", "send", "kept", AGGREGATED}
+    assert value(samples, "soloist_runs_total", job=AGGREGATED, outcome="succeeded") == 3
+    assert value(samples, "soloist_runs_total", job="kept", outcome="succeeded") == 1
+    assert value(samples, "soloist_lateness_seconds_count", job=AGGREGATED) == 1
+    assert value(samples, "soloist_lease_steals_total", job=AGGREGATED) == 1
+    # The executor's per-run lookup: one set of children for all of them.
+    assert m.job("report-1") is m.job("report-99") is m.job(AGGREGATED)
+
+
+def test_store_counts_of_other_jobs_are_summed_by_state() -> None:
+    """soloist_occurrences keeps the jobs that have a label and sums the others under
+    job="(dynamic)", state by state."""
+    m = Metrics("i", "distributed", defined={"nightly"}, keep=["kept"])
+    m.counts = OccurrenceCounts(
+        by_job_state={
+            ("nightly", State.SUCCEEDED): 4,
+            ("kept", State.SCHEDULED): 1,
+            ("report-1", State.SCHEDULED): 1,
+            ("report-2", State.SCHEDULED): 1,
+            ("report-2", State.DEAD): 2,
+        },
+        due=0,
+    )
+    samples = parse(m)
+    got = {
+        dict(pairs)["job"] + "/" + dict(pairs)["state"]: n
+        for (name, pairs), n in samples.items()
+        if name == "soloist_occurrences"
+    }
+    assert got == {
+        "nightly/succeeded": 4,
+        "kept/scheduled": 1,
+        f"{AGGREGATED}/scheduled": 2,
+        f"{AGGREGATED}/dead": 2,
+    }
+
+
+def test_the_exposition_does_not_grow_with_dynamic_schedules() -> None:
+    """10,000 dynamic schedules that all ran and all hold occurrences give the same
+    series as 10 (the text differs only in digits), far under 200 KB."""
+
+    def text(count: int) -> bytes:
+        m = Metrics("i", "distributed", defined={"nightly"})
+        pairs: dict[tuple[str, State], int] = {("nightly", State.SUCCEEDED): 1}
+        for i in range(count):
+            m.run_started(f"report-{i}", 0.3)
+            m.run_finished(f"report-{i}", "succeeded" if i % 2 else "failed", 0.02)
+            pairs[(f"report-{i}", State.SCHEDULED)] = 1
+        m.counts = OccurrenceCounts(by_job_state=pairs, due=count)
+        return m.exposition()
+
+    few, many = text(10), text(10_000)
+    assert len(many) < 200_000
+    assert abs(len(many) - len(few)) < 500, (len(few), len(many))
+
+
+def test_reconfigured_metrics_keep_the_labelling() -> None:
+    """The metrics made again by reconfigure (a new instance id) label as before."""
+    app = Scheduler("memory://", metrics_jobs=["kept"])
+    app.task(name="send")(lambda ctx: None)
+    app.reconfigure(instance_id="renamed")
+    for job in ("send", "kept", "report-1"):
+        app.metrics.run_finished(job, "succeeded", 0.1)
+    assert job_labels(parse(app.metrics)) == {"send", "kept", AGGREGATED}
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (5, "invalid metrics_jobs 5: expected job names"),
+        (["ok", ""], r"invalid metrics_jobs \['ok', ''\]: '' is not a job name"),
+        ("a,b\x01c", r"'b\\x01c' is not a job name"),
+        ([f"r-{i}" for i in range(101)], "101 names, expected at most 100"),
+    ],
+)
+def test_a_bad_metrics_jobs_is_refused_naming_it(given: object, expected: str) -> None:
+    """metrics_jobs takes printable names (a list, or separated by commas), at most 100."""
+    with pytest.raises(ConfigError, match=expected):
+        Scheduler("memory://", metrics_jobs=given)  # type: ignore[arg-type]

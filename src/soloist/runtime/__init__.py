@@ -61,7 +61,9 @@ class Runtime:
         self.config = config
         self.clock = clock
         iid = config.instance_id
-        self.metrics = metrics or Metrics(iid, config.mode)
+        self.metrics = metrics or Metrics(
+            iid, config.mode, defined=registry.tasks, keep=config.metrics_jobs
+        )
         self.bundle = bundle = ServiceBundle(clock, iid, log, self.metrics)
         self.elector = Elector(
             bundle,
