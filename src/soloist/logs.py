@@ -248,7 +248,15 @@ def log_event(
     if handler is not None:
         formatter = handler.formatter
         assert isinstance(formatter, TextFormatter)
-        line = formatter.event_line(time.time(), logging.getLevelName(level), msg % args, fields)
+        try:
+            message = msg % args
+        except Exception:  # the record's way: logging reports it and carries on
+            message = None
+        line = (
+            None
+            if message is None
+            else formatter.event_line(time.time(), logging.getLevelName(level), message, fields)
+        )
         if line is not None:
             handler.acquire()
             try:
