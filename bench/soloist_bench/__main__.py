@@ -5,10 +5,13 @@ default|quiet]``: one drain worker process (defaults: the library's concurrency,
 ``python -m soloist_bench probe [--logging default|quiet]``: which soloist such a worker
 would run and what it would miss there, as one JSON line (``--compare-src``);
 ``python -m soloist_bench leader URL INSTANCE_ID``: one failover instance;
-``python -m soloist_bench scheduled URL INSTANCE_ID LOGDIR``: one planning instance.
+``python -m soloist_bench scheduled URL INSTANCE_ID LOGDIR``: one planning instance;
+``python -m soloist_bench feed URL TASKS``: the store side of a baseline drain of
+``--compare-src`` on that checkout's soloist (:mod:`soloist_bench.feed`).
 
-The worker and the probe import only :mod:`soloist_bench.worker` (little of soloist, when
-it runs): with ``--compare-src`` they run another checkout's soloist."""
+The worker, the probe and the feed import only :mod:`soloist_bench.worker` or
+:mod:`soloist_bench.feed` (little of soloist, when they run): with ``--compare-src`` they
+run another checkout's soloist."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from soloist_bench.config import HANDLERS, WORKER_LOGGING
 USAGE = (
     "usage: python -m soloist_bench worker URL [--concurrency N] [--handler def|async] "
     "[--logging default|quiet] | probe [--logging default|quiet] | leader URL INSTANCE_ID "
-    "| scheduled URL INSTANCE_ID LOGDIR"
+    "| scheduled URL INSTANCE_ID LOGDIR | feed URL TASKS"
 )
 
 
@@ -34,6 +37,11 @@ def main(argv: list[str]) -> None:
         from soloist_bench.processes import scheduled_main
 
         scheduled_main(argv[1], argv[2], argv[3])
+        return
+    if len(argv) == 3 and argv[0] == "feed" and argv[2].isdigit():
+        from soloist_bench.feed import feed_main
+
+        feed_main(argv[1], int(argv[2]))
         return
     if len(argv) >= 2 and argv[0] == "worker":
         from soloist_bench.worker import worker_main

@@ -4,60 +4,30 @@ docstring of :mod:`soloist_bench` describes each)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
-import uuid
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from soloist.models import Kind, NewOccurrence, Occurrence, Overlap, State
-from soloist.payload import validate_payload
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
-from soloist.stores.base import Store
-from soloist_bench.compare import expected_soloist_dir
-from soloist_bench.config import DRAIN_TIMEOUT, NOOP, BenchConfig, DrainSetting, noop
+from soloist_bench.compare import expected_soloist_dir, worker_env
+from soloist_bench.config import (
+    DRAIN_TIMEOUT,
+    NOOP,
+    READY_TIMEOUT,
+    BenchConfig,
+    DrainSetting,
+    noop,
+)
+from soloist_bench.feed import finished, items, summary
 from soloist_bench.processes import Workers
 from soloist_bench.report import ms, percentiles
 from soloist_bench.targets import Target
 
 __all__ = ["measure_drain", "measure_enqueue", "measure_lateness"]
-
-
-def _items(count: int, due: Callable[[int], datetime]) -> list[NewOccurrence]:
-    """``count`` tasks built and validated as :meth:`Operations.enqueue` builds one."""
-    return [
-        NewOccurrence(
-            dedupe_key=f"t:{uuid.uuid4().hex}",
-            job=NOOP,
-            task=NOOP,
-            scope="",
-            plan_time=due(i),
-            due_at=due(i),
-            kind=Kind.TASK,
-            max_attempts=1,
-            overlap=Overlap.ALLOW,
-            payload=validate_payload({}),
-        )
-        for i in range(count)
-    ]
-
-
-async def _finished(store: Store, count: int, timeout: float) -> list[Occurrence]:
-    """Wait until nothing of the benchmark task is claimable or running; its rows."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        idle = await store.occurrence_next_due([NOOP]) is None
-        if idle and not await store.occurrence_list(state=State.RUNNING, limit=1):
-            break
-        await asyncio.sleep(0.02)
-    else:
-        raise TimeoutError(f"the benchmark tasks did not finish within {timeout:.0f}s")
-    rows = await store.occurrence_list(job=NOOP, limit=count + 1)
-    bad = [o for o in rows if o.state is not State.SUCCEEDED]
-    if len(rows) != count or bad:
-        raise RuntimeError(f"{len(rows)} rows, {len(bad)} not succeeded (e.g. {bad[:1]})")
-    return rows
 
 
 async def measure_drain(
@@ -67,6 +37,8 @@ async def measure_drain(
     ``setting.concurrency`` slots, the task's handler of kind ``setting.handler``; the
     worker processes run the soloist in ``src`` if given (``--compare-src``), else this
     one (either checked against the folder each worker says it ran)."""
+    if src is not None:
+        return await _drain_fed(target, config, setting, src)
     url = target.fresh_url()
     store = open_store(url)
     try:
@@ -79,46 +51,112 @@ async def measure_drain(
             memory,
             handler=setting.handler,
             log_mode=config.worker_logging,
-            src=src,
         )
         async with workers:
             now = await store.now()
-            items = _items(config.tasks, lambda i: now)
+            batch = items(config.tasks, lambda i: now)
             started = time.perf_counter()
-            await store.occurrence_insert_many(items)
+            await store.occurrence_insert_many(batch)
             inserted = time.perf_counter()
             workers.wake()
-            rows = await _finished(store, config.tasks, DRAIN_TIMEOUT)
+            rows = await finished(store, config.tasks, DRAIN_TIMEOUT)
             done = time.perf_counter()
-        expected = expected_soloist_dir(src)
-        if memory is None and workers.soloist_dirs - {expected}:
-            ran = ", ".join(sorted(workers.soloist_dirs))
-            raise RuntimeError(f"the drain's workers ran the soloist at {ran}, not {expected}")
-        first = min(o.started_at for o in rows if o.started_at is not None)
-        last = max(o.finished_at for o in rows if o.finished_at is not None)
-        window = (last - first).total_seconds()
-        runners = {o.instance_id for o in rows}
-        cpu: dict[str, float] = {}
-        if workers.cpu_s is not None:
-            # All worker processes' CPU from ready to SIGTERM per execution: what one
-            # execution costs the workers, hardly moved by other load on the machine.
-            cpu = {
-                "worker_cpu_s": workers.cpu_s,
-                "cpu_us_per_run": workers.cpu_s / config.tasks * 1e6,
-            }
-        return {
-            "per_s": config.tasks / window,
-            "window_s": window,
-            "insert_s": inserted - started,
-            "wall_per_s": config.tasks / (done - inserted),
-            "instances_used": len(runners),
-            # As the handlers counted them (the workers report theirs when they stop).
-            "handler_runs": workers.runs,
-            "worker_log_lines": workers.log_lines,
-            **cpu,
-        }
+        read = summary(rows)
     finally:
         await store.close()
+    return _drain_figures(config, workers, read, inserted - started, done - inserted, None)
+
+
+async def _drain_fed(
+    target: Target, config: BenchConfig, setting: DrainSetting, src: str
+) -> dict[str, Any]:
+    """A drain whose workers run the soloist in ``src`` (``--compare-src``): the store is
+    made, fed and read by a process on that soloist too (:mod:`soloist_bench.feed`), so
+    that a checkout keeping an older store layout measures on its own."""
+    url = target.fresh_url()
+    feed = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "soloist_bench",
+        "feed",
+        url,
+        str(config.tasks),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=worker_env(src),
+    )
+    assert feed.stdin is not None and feed.stdout is not None and feed.stderr is not None
+    try:
+        line = await asyncio.wait_for(feed.stdout.readline(), READY_TIMEOUT)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"the baseline's store did not start: {await _said(feed)}")
+        workers = Workers(
+            url,
+            setting.processes,
+            setting.concurrency,
+            None,
+            handler=setting.handler,
+            log_mode=config.worker_logging,
+            src=src,
+        )
+        async with workers:
+            feed.stdin.write(b"go\n")
+            await feed.stdin.drain()
+            out = await asyncio.wait_for(feed.stdout.readline(), DRAIN_TIMEOUT + 30)
+        if not out.startswith(b"{"):
+            raise RuntimeError(f"the baseline's drain failed: {await _said(feed)}")
+        read = json.loads(out)
+    finally:
+        if feed.returncode is None:
+            feed.kill()
+        await feed.wait()
+    return _drain_figures(config, workers, read, read["insert_s"], read["wait_s"], src)
+
+
+async def _said(proc: asyncio.subprocess.Process) -> str:
+    """The last of what ``proc`` wrote to stderr (once it has ended)."""
+    assert proc.stderr is not None
+    if proc.returncode is None:
+        proc.kill()
+    return (await proc.stderr.read()).decode(errors="replace")[-2000:]
+
+
+def _drain_figures(
+    config: BenchConfig,
+    workers: Workers,
+    read: dict[str, Any],
+    insert_s: float,
+    wait_s: float,
+    src: str | None,
+) -> dict[str, Any]:
+    """A drain's figures from what its rows said (:func:`soloist_bench.feed.summary`)."""
+    expected = expected_soloist_dir(src)
+    if workers.memory is None and workers.soloist_dirs - {expected}:
+        ran = ", ".join(sorted(workers.soloist_dirs))
+        raise RuntimeError(f"the drain's workers ran the soloist at {ran}, not {expected}")
+    first = datetime.fromisoformat(read["first_started"])
+    last = datetime.fromisoformat(read["last_finished"])
+    window = (last - first).total_seconds()
+    cpu: dict[str, float] = {}
+    if workers.cpu_s is not None:
+        # All worker processes' CPU from ready to SIGTERM per execution: what one
+        # execution costs the workers, hardly moved by other load on the machine.
+        cpu = {
+            "worker_cpu_s": workers.cpu_s,
+            "cpu_us_per_run": workers.cpu_s / config.tasks * 1e6,
+        }
+    return {
+        "per_s": config.tasks / window,
+        "window_s": window,
+        "insert_s": insert_s,
+        "wall_per_s": config.tasks / wait_s,
+        "instances_used": read["instances_used"],
+        # As the handlers counted them (the workers report theirs when they stop).
+        "handler_runs": workers.runs,
+        "worker_log_lines": workers.log_lines,
+        **cpu,
+    }
 
 
 async def measure_enqueue(target: Target, config: BenchConfig) -> dict[str, Any]:
@@ -138,7 +176,7 @@ async def measure_enqueue(target: Target, config: BenchConfig) -> dict[str, Any]
         started = time.perf_counter()
         for offset in range(0, config.tasks, config.batch):
             count = min(config.batch, config.tasks - offset)
-            await store.occurrence_insert_many(_items(count, lambda i: later))
+            await store.occurrence_insert_many(items(count, lambda i: later))
         many = config.tasks / (time.perf_counter() - started)
         started = time.perf_counter()
         await app.aenqueue_many(NOOP, ({} for _ in range(config.tasks)), delay="1d")
@@ -164,17 +202,17 @@ async def measure_lateness(target: Target, config: BenchConfig) -> dict[str, Any
             now = await store.now()
             first = now + timedelta(seconds=1)
             step = timedelta(seconds=config.spacing)
-            await store.occurrence_insert_many(_items(config.samples, lambda i: first + i * step))
+            await store.occurrence_insert_many(items(config.samples, lambda i: first + i * step))
             workers.wake()
             wait = 1 + config.samples * config.spacing + 30
-            timer = await _finished(store, config.samples, wait)
+            timer = await finished(store, config.samples, wait)
             # "Now" tasks from this process, one at a time, the worker idle in between.
             since = await store.now()
             enqueuer = workers.apps[0] if memory is not None else app
             for _ in range(config.samples):
                 await enqueuer.aenqueue(NOOP)
                 await asyncio.sleep(config.spacing)
-            rows = await _finished(store, 2 * config.samples, 30)
+            rows = await finished(store, 2 * config.samples, 30)
         woken = [o for o in rows if o.created_at >= since]
         return {
             "timer_ms": percentiles([ms(o.started_at, o.due_at) for o in timer]),
