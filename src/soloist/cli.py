@@ -707,7 +707,7 @@ BENCH_HANDLERS = ("def", "async")
 BENCH_WORKER_LOGGING = ("default", "quiet")
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option(
     "--store",
     "stores",
@@ -837,7 +837,10 @@ BENCH_WORKER_LOGGING = ("default", "quiet")
     type=click.FloatRange(min=1),
     help="Planning: seconds of each measured window.",
 )
+@click.pass_context
 def bench(
+    ctx: click.Context,
+    /,
     stores: tuple[str, ...],
     json_path: str | None,
     tasks: int,
@@ -851,21 +854,13 @@ def bench(
     **planning: Any,
 ) -> None:
     """Measure executions/s, enqueue rate, lateness and failover (docs/benchmarks.md).
-    Runs from a clone of the repository, where ``make install`` installs the benchmark."""
-    # The benchmark is not part of the library (not in the wheel): the package
-    # soloist_bench of a clone, imported here only (tests/unit/test_boundaries.py).
-    try:
+    Runs from a clone of the repository, where ``make install`` installs the benchmark.
+    ``soloist bench operator`` measures the operator's views instead."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with _bench_installed():
         from soloist_bench import BenchConfig, bench_main, default_store_url
         from soloist_bench.compare import CompareSrcError, check_compare_src
-    except ModuleNotFoundError as exc:
-        if exc.name != "soloist_bench":
-            raise
-        click.echo(
-            "error: soloist bench runs from a clone of the soloist repository: there, run "
-            "'make install' (or 'pip install -e ./bench') and then 'soloist bench'",
-            err=True,
-        )
-        raise SystemExit(2) from None
 
     config = BenchConfig(
         stores=list(stores) or [default_store_url()],
@@ -900,6 +895,80 @@ def bench(
         except CompareSrcError as exc:
             raise click.UsageError(str(exc)) from None
     _guard(lambda: bench_main(config))
+
+
+@contextlib.contextmanager
+def _bench_installed() -> Iterator[None]:
+    """Around the imports of the benchmark, which is not part of the library (not in the
+    wheel): the package soloist_bench of a clone, imported here only
+    (tests/unit/test_boundaries.py). Without it: one error line, exit status 2."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name != "soloist_bench":
+            raise
+        click.echo(
+            "error: soloist bench runs from a clone of the soloist repository: there, run "
+            "'make install' (or 'pip install -e ./bench') and then 'soloist bench'",
+            err=True,
+        )
+        raise SystemExit(2) from None
+
+
+@bench.command("operator")
+@click.option(
+    "--store",
+    "stores",
+    multiple=True,
+    help="Store URL to measure (repeatable; PostgreSQL, Redis, SQLite or etcd). Default: "
+    "SOLOIST_STORE_URL, else a local PostgreSQL at 127.0.0.1:5432/test if it answers, "
+    "else SQLite.",
+)
+@click.option(
+    "--jobs",
+    default="10000,100000",
+    show_default=True,
+    metavar="N[,N...]",
+    help="Dynamic schedules to create, one measurement per number.",
+)
+@click.option(
+    "--requests",
+    default=7,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Requests per endpoint (medians).",
+)
+@click.option(
+    "--interval",
+    default=3600.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Period of each schedule, in seconds (their instants spread over it).",
+)
+@click.option(
+    "--json", "json_path", default=None, metavar="FILE", help="Also write every figure to FILE."
+)
+def bench_operator(
+    stores: tuple[str, ...], jobs: str, requests: int, interval: float, json_path: str | None
+) -> None:
+    """Time /status, a page of /api/jobs, /metrics (and its size), /healthz and /readyz of
+    one instance running N dynamic schedules (docs/benchmarks.md, Operator views)."""
+    with _bench_installed():
+        from soloist_bench import default_store_url
+        from soloist_bench.operator import OperatorConfig, operator_main, parse_sizes
+    try:
+        sizes = parse_sizes(jobs)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    config = OperatorConfig(
+        stores=list(stores) or [default_store_url()],
+        sizes=sizes,
+        requests=requests,
+        interval=interval,
+        json_path=json_path,
+        echo=click.echo,
+    )
+    _guard(lambda: operator_main(config))
 
 
 #: ``soloist prune --dry-run`` counts up to this many rows.

@@ -473,3 +473,78 @@ def test_soloist_bench_offers_every_figure_of_the_benchmark() -> None:
     assert BENCH_FIGURES == FIGURES
     assert BENCH_HANDLERS == HANDLERS
     assert BENCH_WORKER_LOGGING == WORKER_LOGGING
+
+
+def test_bench_operator_times_the_views_of_an_instance_running_dynamic_schedules(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """``soloist bench operator`` (a small N) creates the dynamic schedules, starts one
+    ``soloist run --http`` instance that runs them (each one once before the views are
+    timed), times every view and reports /metrics' size against the 200 KB bar, in the
+    JSON and the table, and removes every key it wrote."""
+    import redis
+
+    out = tmp_path / "operator.json"
+    args = ["--store", redis_url, "--jobs", "50", "--requests", "1", "--json", str(out)]
+    done = subprocess.run(
+        [str(SOLOIST), "bench", "operator", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["settings"]["sizes"] == [50] and report["settings"]["requests"] == 1
+    (store,) = report["stores"]
+    assert store["kind"] == "redis"
+    (size,) = store["sizes"]
+    assert size["jobs"] == 50 and size["drain_s"] >= 0 and size["add_s"] > 0
+    endpoints = size["endpoints"]
+    for name in ("healthz", "readyz", "status", "jobs_page", "metrics"):
+        assert endpoints[name]["statuses"] == [200], (name, endpoints[name])
+        assert endpoints[name]["median_ms"] > 0 and endpoints[name]["bytes"] > 0
+    # 50 schedules and the job defined in code: one page of 50 with a cursor to the next
+    # (paginated), or all 51 jobs (an endpoint that does not page).
+    page = size["jobs_page"]
+    assert (page["rows"], page["next_cursor"]) in ((50, True), (51, False))
+    assert ("jobs_next_page" in endpoints) is page["next_cursor"]
+    assert endpoints["metrics"]["bytes"] < 200_000 and size["bars"]["metrics_under_200kb"]
+    assert set(size["bars"]) == {
+        "status_under_200ms",
+        "jobs_page_under_100ms",
+        "metrics_under_200kb",
+    }
+    assert "| redis | 50 |" in done.stdout
+    client = redis.Redis.from_url(redis_url.split("?")[0])
+    try:
+        assert list(client.scan_iter(match="*soloist-bench-*", count=1000)) == []
+    finally:
+        client.close()
+
+
+def test_bench_operator_refuses_bad_sizes_and_skips_the_memory_store(tmp_path: Path) -> None:
+    """A --jobs list that is not whole numbers is one 'error:' line and exit 2; memory://
+    is reported as not measured (the instance is another process)."""
+    bad = subprocess.run(
+        [str(SOLOIST), "bench", "operator", "--store", "memory://", "--jobs", "100,0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: invalid --jobs '100,0': '0'"), lines
+    out = tmp_path / "operator.json"
+    args = ["--store", "memory://", "--jobs", "5", "--json", str(out)]
+    done = subprocess.run(
+        [str(SOLOIST), "bench", "operator", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (store,) = json.loads(out.read_text())["stores"]
+    assert store["kind"] == "memory" and "one process" in store["skipped"]
