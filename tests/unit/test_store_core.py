@@ -3,6 +3,7 @@ a store given to the Scheduler (the checks themselves are in the conformance sui
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -93,6 +94,45 @@ async def test_extras_a_store_lacks_do_nothing() -> None:
     store = checked(PlainStore())
     await store.listen()
     await store.schema_check()
+
+
+async def test_a_store_without_pages_of_jobs_gets_the_same_pages_slowly() -> None:
+    """A store that does not declare pages_jobs gets the same pages, last outcomes and
+    counts from the core, which reads every job and each paged job's history."""
+    from soloist.models import JobRecord, Outcome, State
+    from soloist.stores.pages import JobQuery
+
+    clock = FakeClock(T0)
+    plain, paging = checked(PlainStore(clock=clock)), checked(MemoryStore(clock=clock))
+    assert not plain.capabilities.pages_jobs and paging.capabilities.pages_jobs
+    runs: dict[object, str] = {}
+    for store in (plain, paging):
+        every = {"kind": "every", "seconds": 60}
+        jobs = [JobRecord(f"j{n}", "t", every, paused=n == 3) for n in range(7)]
+        await store.job_upsert(jobs)
+        for n in range(12):  # j2's newest finished row lies behind 12 planned after it
+            item = NewOccurrence(f"j2:{n}", "j2", "t", "", T0, T0, Kind.SCHEDULE)
+            await store.occurrence_insert(replace(item, plan_time=T0 + timedelta(seconds=n)))
+        (run,) = await store.occurrence_claim("i", ["t"], 1, timedelta(seconds=30), now=T0)
+        await store.occurrence_complete("i", [Outcome(run.id, run.fencing_token, State.DEAD)])
+        runs[store] = run.id
+    queries = [
+        JobQuery(limit=3),
+        JobQuery(after="j2", limit=3),
+        JobQuery(prefix="j", paused=True),
+        JobQuery(outcome="dead"),
+        JobQuery(outcome="none", limit=2),
+    ]
+    for query in queries:
+        slow, fast = await plain.job_page(query), await paging.job_page(query)
+        assert slow.next_after == fast.next_after
+        assert [(v.record, v.last and v.last.state) for v in slow.jobs] == [
+            (v.record, v.last and v.last.state) for v in fast.jobs
+        ]
+    for store in (plain, paging):
+        last = (await store.job_page(JobQuery(outcome="dead"))).jobs[0].last
+        assert last is not None and last.id == runs[store]
+    assert await plain.job_counts("j") == await paging.job_counts("j")
 
 
 def test_an_extra_declared_without_its_method_is_refused() -> None:

@@ -37,7 +37,8 @@ suite) checks every call before the store sees it, so a store may rely on this:
 * a plan step's ``new_last`` is None only when its ``expected_last`` is.
 
 Extras beyond the protocol (waking idle instances, inserting at the store's now, a
-read-only schema check) are declared by a class attribute ``capabilities``
+read-only schema check, pages of jobs with their last outcome for the operator's views:
+:mod:`soloist.stores.pages`) are declared by a class attribute ``capabilities``
 (:class:`soloist.stores.core.Capabilities`). ``docs/howto/write-a-store.md`` walks
 through writing one, and ``soloist.testing.conformance`` checks it.
 """

@@ -11,7 +11,21 @@ See ``docs/howto/write-a-store.md``.
 
 from __future__ import annotations
 
-from soloist.stores.core.capabilities import PLAIN, Capabilities, Reach, capabilities_of
+from soloist.stores.core.capabilities import (
+    PLAIN,
+    Capabilities,
+    PagesJobs,
+    Reach,
+    capabilities_of,
+)
 from soloist.stores.core.checked import CheckedStore, checked
 
-__all__ = ["PLAIN", "Capabilities", "CheckedStore", "Reach", "capabilities_of", "checked"]
+__all__ = [
+    "PLAIN",
+    "Capabilities",
+    "CheckedStore",
+    "PagesJobs",
+    "Reach",
+    "capabilities_of",
+    "checked",
+]

@@ -17,6 +17,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from soloist.errors import ConfigError
 from soloist.models import NewOccurrence, Occurrence
+from soloist.stores.pages import JobCounts, JobPage, JobQuery
 
 __all__ = [
     "PLAIN",
@@ -24,6 +25,7 @@ __all__ = [
     "ChecksSchema",
     "InsertsAtNow",
     "Listens",
+    "PagesJobs",
     "Reach",
     "capabilities_of",
 ]
@@ -44,12 +46,16 @@ class Capabilities:
       inserts an occurrence due at the store's own now plus ``delay`` in one round trip.
     * ``checks_schema``: ``schema_check()`` (:class:`ChecksSchema`) says, reading only,
       whether the store holds soloist's newest schema (read-only CLI commands need it).
+    * ``pages_jobs``: ``job_page(query)`` and ``job_counts(prefix)`` (:class:`PagesJobs`)
+      read one page of jobs with their last outcomes, and the jobs' counts, each in a
+      bounded number of round trips whatever the number of jobs (the operator's views).
     * ``reach``: who may share the store (see :data:`Reach`).
     """
 
     notifies: bool = False
     inserts_at_now: bool = False
     checks_schema: bool = False
+    pages_jobs: bool = False
     reach: Reach = "network"
 
 
@@ -84,10 +90,33 @@ class ChecksSchema(Protocol):
         ...
 
 
+@runtime_checkable
+class PagesJobs(Protocol):
+    """The operator's views of the jobs (see :mod:`soloist.stores.pages` for the order,
+    the last outcome, the filters and the scan bound)."""
+
+    async def job_page(self, query: JobQuery) -> JobPage:
+        """The jobs of ``query`` (checked: :func:`~soloist.stores.pages.check_query`),
+        each with its last outcome, in one query (one statement or script call; a few
+        range reads where the store has no other way), whatever the number of jobs.
+
+        Examines the jobs whose names are in the query's range (``query.start``,
+        ``query.end``), in name order, at most ``query.scan`` of them; returns those
+        that match its filters (``query.wants``), at most ``limit``, and the cursor of
+        the next page as :func:`~soloist.stores.pages.page_of` makes it."""
+        ...
+
+    async def job_counts(self, prefix: str) -> JobCounts:
+        """How many jobs have names starting with ``prefix``, and how many of them are
+        paused (None if that would mean reading every job), in one round trip."""
+        ...
+
+
 _NEEDS: dict[str, tuple[type, str]] = {
     "notifies": (Listens, "listen"),
     "inserts_at_now": (InsertsAtNow, "occurrence_insert_now"),
     "checks_schema": (ChecksSchema, "schema_check"),
+    "pages_jobs": (PagesJobs, "job_page"),
 }
 
 
@@ -103,6 +132,7 @@ def capabilities_of(store: object) -> Capabilities:
             notifies=isinstance(store, Listens),
             inserts_at_now=isinstance(store, InsertsAtNow),
             checks_schema=isinstance(store, ChecksSchema),
+            pages_jobs=isinstance(store, PagesJobs),
         )
     if not isinstance(declared, Capabilities):
         raise ConfigError(

@@ -51,6 +51,7 @@ from soloist.stores.core.capabilities import (
     ChecksSchema,
     InsertsAtNow,
     Listens,
+    PagesJobs,
     capabilities_of,
 )
 from soloist.stores.core.checks import (
@@ -70,6 +71,15 @@ from soloist.stores.core.checks import (
     check_streams,
     check_tasks,
     positive_ttl,
+)
+from soloist.stores.pages import (
+    JobCounts,
+    JobPage,
+    JobQuery,
+    LastOutcome,
+    check_prefix,
+    check_query,
+    page_in_python,
 )
 from soloist.stores.urls import Retention
 
@@ -328,6 +338,42 @@ class CheckedStore:
 
     async def job_set_paused(self, name: str, paused: bool) -> bool:
         return await self.driver.job_set_paused(name, bool(paused))
+
+    async def job_page(self, query: JobQuery | None = None) -> JobPage:
+        """One page of jobs with their last outcomes (see :mod:`soloist.stores.pages`),
+        in one query on a store that pages jobs; a store that does not reads every job
+        and the history of the jobs it examines (slow, but the same page)."""
+        query = check_query(query if query is not None else JobQuery())
+        if self.capabilities.pages_jobs:
+            return await cast(PagesJobs, self.driver).job_page(query)
+        records = [r for r in await self.driver.job_list() if query.contains(r.name)]
+        return await page_in_python(records, query, self._lasts)
+
+    async def _lasts(self, names: list[str]) -> dict[str, LastOutcome | None]:
+        """The last outcome of each job of ``names``, read from its history (a store
+        without ``pages_jobs``): the newest rows first, more of them until a finished
+        one or the end."""
+        found: dict[str, LastOutcome | None] = {}
+        for name in names:
+            limit, last = 8, None
+            while True:
+                rows = await self.driver.occurrence_list(job=name, limit=limit)
+                last = next((o for o in rows if o.state.is_terminal), None)
+                if last is not None or len(rows) < limit or limit >= MAX_LIMIT:
+                    break
+                limit = min(limit * 8, MAX_LIMIT)
+            found[name] = LastOutcome.of(last) if last is not None else None
+        return found
+
+    async def job_counts(self, prefix: str = "") -> JobCounts:
+        """How many jobs have names starting with ``prefix``, and how many are paused
+        (None where the store cannot tell without reading every job), in one round trip
+        on a store that pages jobs (else from every job)."""
+        prefix = check_prefix(prefix)
+        if self.capabilities.pages_jobs:
+            return await cast(PagesJobs, self.driver).job_counts(prefix)
+        records = [r for r in await self.driver.job_list() if r.name.startswith(prefix)]
+        return JobCounts(len(records), sum(r.paused for r in records))
 
     # -- leader election ----------------------------------------------------------------------
     async def leader_attempt_elect(

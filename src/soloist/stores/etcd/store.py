@@ -40,7 +40,7 @@ from soloist.models import (
 from soloist.stores import rows
 from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
-from soloist.stores.etcd import codec
+from soloist.stores.etcd import codec, pages
 from soloist.stores.etcd.connections import Connections, ServerClock, prefix_end
 from soloist.stores.etcd.ops import (
     MAX_OPS,
@@ -55,6 +55,7 @@ from soloist.stores.etcd.ops import (
 )
 from soloist.stores.etcd.url import parse_url
 from soloist.stores.existing import schema_problem
+from soloist.stores.pages import JobCounts, JobPage, JobQuery
 from soloist.stores.urls import Retention
 
 __all__ = ["SCHEMA_VERSION", "EtcdStore"]
@@ -93,7 +94,7 @@ class EtcdStore:
 
     A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
 
-    capabilities = Capabilities(notifies=True, checks_schema=True)
+    capabilities = Capabilities(notifies=True, checks_schema=True, pages_jobs=True)
 
     def __init__(
         self,
@@ -1176,6 +1177,13 @@ class EtcdStore:
             if (await self._apply([unit]))[0]:
                 return True
         raise StoreError(f"etcd store {self.target.display}: job {name!r} kept changing")
+
+    async def job_page(self, query: JobQuery) -> JobPage:
+        """The capability ``pages_jobs`` (see :mod:`soloist.stores.etcd.pages`)."""
+        return await pages.job_page(self, query)
+
+    async def job_counts(self, prefix: str) -> JobCounts:
+        return await pages.job_counts(self, prefix)
 
     # -- leader election ------------------------------------------------------------------------
     # ``e/<name>`` keeps [holder, epoch, elected, expires] for good (epochs never repeat);

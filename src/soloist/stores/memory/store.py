@@ -38,6 +38,7 @@ from soloist.payload import validate_payload
 from soloist.stores import rows
 from soloist.stores.core import Capabilities
 from soloist.stores.memory.coordination import Elections, Instances
+from soloist.stores.pages import JobCounts, JobPage, JobQuery, LastOutcome, page_in_python
 
 __all__ = ["MemoryStore"]
 
@@ -50,11 +51,17 @@ class _Row:
     occ: Occurrence
 
 
+def _history_order(row: _Row) -> tuple[datetime, datetime, int]:
+    """Where a row stands in the history's order (newest plan time, then newest created,
+    then newest inserted, last)."""
+    return (row.occ.plan_time, row.occ.created_at, row.seq)
+
+
 class MemoryStore:
     """A :class:`soloist.stores.base.Store` in process memory (``memory://``): a driver
     that trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
 
-    capabilities = Capabilities(reach="process")
+    capabilities = Capabilities(pages_jobs=True, reach="process")
 
     def __init__(
         self,
@@ -550,6 +557,34 @@ class MemoryStore:
                 return False
             self._jobs[name] = replace(record, paused=paused)
             return True
+
+    async def job_page(self, query: JobQuery) -> JobPage:
+        """The capability ``pages_jobs``: one critical section reads the jobs of the range
+        (``query.scan + 1`` at most) and the newest finished occurrence of each."""
+        start, inclusive = query.start
+        with self._lock:
+            names = sorted(self._jobs)
+            at = (bisect.bisect_left if inclusive else bisect.bisect_right)(names, start)
+            chosen = [n for n in names[at : at + query.scan + 1] if query.contains(n)]
+            records = [copy.deepcopy(self._jobs[name]) for name in chosen]
+            newest: dict[str, _Row] = {}
+            wanted = set(chosen)
+            for row in self._rows.values():
+                if row.occ.job in wanted and row.occ.state.is_terminal:
+                    best = newest.get(row.occ.job)
+                    if best is None or _history_order(row) > _history_order(best):
+                        newest[row.occ.job] = row
+        lasts = {job: LastOutcome.of(row.occ) for job, row in newest.items()}
+
+        async def known(names: list[str]) -> dict[str, LastOutcome | None]:
+            return {name: lasts.get(name) for name in names}
+
+        return await page_in_python(records, query, known)
+
+    async def job_counts(self, prefix: str) -> JobCounts:
+        with self._lock:
+            found = [r for name, r in self._jobs.items() if name.startswith(prefix)]
+        return JobCounts(len(found), sum(r.paused for r in found))
 
     # -- leader election ----------------------------------------------------------------------
     async def leader_attempt_elect(

@@ -227,6 +227,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE {schema}.occurrences "
         "ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false",
     ),
+    (
+        # 9: pages of jobs (soloist.stores.postgres.pages). The names in byte order (COLLATE
+        # "C", whatever the database's collation), so that a name prefix is one range of
+        # it and a page after a name one walk; paused included, so that the walk and the
+        # counts of GET /status read no table row. One entry per job: jobs change rarely.
+        'CREATE INDEX IF NOT EXISTS jobs_by_name ON {schema}.jobs (name COLLATE "C") '
+        "INCLUDE (paused)",
+    ),
 )
 
 #: Cursors filled per statement by :func:`_index_old_cursors`.

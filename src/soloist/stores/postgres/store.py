@@ -33,7 +33,16 @@ from soloist.models import (
 from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
 from soloist.stores.existing import schema_problem
-from soloist.stores.postgres import codec, migrations
+from soloist.stores.pages import (
+    JobCounts,
+    JobPage,
+    JobQuery,
+    JobView,
+    LastOutcome,
+    page_of,
+    prefix_end,
+)
+from soloist.stores.postgres import codec, migrations, pages
 from soloist.stores.postgres.connections import (
     INDEX_WALK,
     INDEX_WALK_END,
@@ -71,7 +80,9 @@ class PostgresStore:
 
     A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
 
-    capabilities = Capabilities(notifies=True, inserts_at_now=True, checks_schema=True)
+    capabilities = Capabilities(
+        notifies=True, inserts_at_now=True, checks_schema=True, pages_jobs=True
+    )
 
     def __init__(
         self,
@@ -459,6 +470,24 @@ class PostgresStore:
             await self._schedules_changed()
         return found
 
+    async def job_page(self, query: JobQuery) -> JobPage:
+        """The capability ``pages_jobs``: one statement (see :mod:`.pages`)."""
+        key, params = pages.page_params(query)
+        rows = await self._rows(pages.page_sql(self.schema, *key), params)
+        examined, last_examined = int(rows[0][0]), rows[0][1]
+        matches = [
+            JobView(codec.job(row[2:10]), _last(row[10:15])) for row in rows if row[2] is not None
+        ]
+        return page_of(matches, query, examined > query.scan, last_examined)
+
+    async def job_counts(self, prefix: str) -> JobCounts:
+        end = prefix_end(prefix)
+        row = await self._row(
+            pages.count_sql(self.schema, end is not None), {"start": prefix, "end": end}
+        )
+        assert row is not None
+        return JobCounts(int(row[0]), int(row[1]))
+
     async def _schedules_changed(self) -> None:
         """Wake listening instances: a new or resumed schedule may be due at once (their
         planners would otherwise see it only at their next refresh)."""
@@ -531,6 +560,13 @@ class PostgresStore:
 
     async def instance_remove(self, instance_id: str) -> None:
         await self._rows(self._coord.instance_remove, {"instance": instance_id})
+
+
+def _last(row: Row) -> LastOutcome | None:
+    """A job's last outcome from its page row's ``last_*`` columns (None: it has none)."""
+    if row[0] is None:
+        return None
+    return LastOutcome(row[0], State(row[1]), codec.utc(row[2]), codec.utc(row[3]), row[4])
 
 
 def _returns_rows(cursor: psycopg.AsyncCursor[Row]) -> bool:

@@ -48,7 +48,7 @@ __all__ = ["SCRIPTS", "Connections", "script_source"]
 SCRIPTS = (
     *("insert", "claim", "runner", "reap", "read", "leader", "jobs", "instances"),
     *("plan", "partitions"),
-    "prune",
+    *("prune", "pages"),
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
@@ -32,6 +33,15 @@ from soloist.models import (
 from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
 from soloist.stores.existing import schema_problem
+from soloist.stores.pages import (
+    JobCounts,
+    JobPage,
+    JobQuery,
+    JobView,
+    LastOutcome,
+    page_of,
+    prefix_end,
+)
 from soloist.stores.redis import codec
 from soloist.stores.redis.connections import Connections
 from soloist.stores.redis.upgrade import upgrade_cursors
@@ -61,7 +71,9 @@ class RedisStore:
 
     A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
 
-    capabilities = Capabilities(notifies=True, inserts_at_now=True, checks_schema=True)
+    capabilities = Capabilities(
+        notifies=True, inserts_at_now=True, checks_schema=True, pages_jobs=True
+    )
 
     def __init__(
         self,
@@ -447,6 +459,24 @@ class RedisStore:
         flag = "1" if paused else "0"
         return bool(await self._run("jobs", self._at(None), ["pause", name, flag]))
 
+    async def job_page(self, query: JobQuery) -> JobPage:
+        """The capability ``pages_jobs``: one script call (``lua/pages.lua``)."""
+        low, high = _lex_range(query.start, query.end)
+        paused = "" if query.paused is None else "1" if query.paused else "0"
+        args = ["page", low, high, query.scan, paused, query.outcome or "", query.limit + 1]
+        read, last_examined, text = await self._run("pages", self._at(None), args)
+        matches = [
+            JobView(codec.job(name, [f if f is not False else None for f in fields]), _last(last))
+            for name, fields, last in json.loads(text)
+        ]
+        return page_of(matches, query, int(read) > query.scan, last_examined or None)
+
+    async def job_counts(self, prefix: str) -> JobCounts:
+        """The number of jobs from the name index (``ZLEXCOUNT``); paused ones are not
+        counted (that would read every job)."""
+        low, high = _lex_range((prefix, True), prefix_end(prefix))
+        return JobCounts(int(await self._run("pages", self._at(None), ["counts", low, high])), None)
+
     # -- leader election ----------------------------------------------------------------------
     async def _leader(
         self,
@@ -520,6 +550,29 @@ class RedisStore:
 
     async def instance_remove(self, instance_id: str) -> None:
         await self._run("instances", self._at(None), ["remove", instance_id])
+
+
+def _lex_range(start: tuple[str, bool], end: str | None) -> tuple[str, str]:
+    """``ZRANGEBYLEX`` bounds of the names from ``start`` (name, inclusive) to ``end``
+    (exclusive; None: no end). Redis compares the names' bytes: their code point order."""
+    name, inclusive = start
+    low = "-" if name == "" and inclusive else ("[" if inclusive else "(") + name
+    return low, "+" if end is None else "(" + end
+
+
+def _last(found: list[str | bool] | bool) -> LastOutcome | None:
+    """A last outcome from pages.lua's ``[id, state, plan, finished, error code]``."""
+    if not isinstance(found, list):
+        return None
+    occ_id, state, plan, finished, code = (v if v is not False else None for v in found)
+    assert isinstance(occ_id, str) and isinstance(state, str) and isinstance(plan, str)
+    return LastOutcome(
+        occ_id,
+        State(state),
+        codec.from_us(plan),
+        codec.from_us(finished) if isinstance(finished, str) else None,
+        code if isinstance(code, str) else None,
+    )
 
 
 def _pairs(claims: Sequence[Claimed]) -> list[str]:

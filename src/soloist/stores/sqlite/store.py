@@ -35,6 +35,7 @@ from soloist.models import (
 from soloist.stores._values import new_ids, result_json
 from soloist.stores.core import Capabilities
 from soloist.stores.deadlines import Deadlines
+from soloist.stores.pages import JobCounts, JobPage, JobQuery, prefix_end
 from soloist.stores.sqlite import (
     codec,
     coordination,
@@ -42,6 +43,7 @@ from soloist.stores.sqlite import (
     history,
     migrations,
     ops,
+    pages,
     planning,
 )
 from soloist.stores.urls import (
@@ -107,7 +109,7 @@ class SQLiteStore:
 
     A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
 
-    capabilities = Capabilities(checks_schema=True, reach="host")
+    capabilities = Capabilities(checks_schema=True, pages_jobs=True, reach="host")
 
     def __init__(
         self,
@@ -403,6 +405,14 @@ class SQLiteStore:
 
     async def job_set_paused(self, name: str, paused: bool) -> bool:
         return await self._run(lambda c: ops.job_set_paused(c, name, paused))
+
+    async def job_page(self, query: JobQuery) -> JobPage:
+        """The capability ``pages_jobs``: one statement (see :mod:`.pages`)."""
+        return await self._run(lambda c: pages.job_page(c, query))
+
+    async def job_counts(self, prefix: str) -> JobCounts:
+        end = prefix_end(prefix)
+        return await self._run(lambda c: pages.job_counts(c, prefix, end))
 
     # -- leader election ----------------------------------------------------------------------
     async def leader_attempt_elect(

@@ -43,6 +43,7 @@ from soloist.testing.conformance.counts import CountConformance
 from soloist.testing.conformance.election import ElectionConformance
 from soloist.testing.conformance.history import HistoryConformance, LatestOutcomeConformance
 from soloist.testing.conformance.instances import InstanceConformance, instance_info
+from soloist.testing.conformance.job_pages import JobPageConformance
 from soloist.testing.conformance.jobs import JobConformance
 from soloist.testing.conformance.leases import LeaseConformance
 from soloist.testing.conformance.occurrences import OccurrenceConformance
@@ -71,6 +72,7 @@ class StoreConformance(
     CountConformance,
     HistoryConformance,
     JobConformance,
+    JobPageConformance,
     PlanningConformance,
     BackfillConformance,
     ElectionConformance,
