@@ -19,6 +19,7 @@ import importlib.util
 import json
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime
@@ -35,7 +36,9 @@ from soloist.reports import cluster_report, job_json
 from soloist.scheduler import Scheduler
 from soloist.stores import DEFAULT_STORE_URL, check_store_url, open_store
 from soloist.stores.base import Store
+from soloist.stores.core import checked
 from soloist.stores.existing import require_schema
+from soloist.stores.pages import DEFAULT_PAGE, MAX_PAGE, OUTCOMES, JobQuery, check_query
 from soloist.stores.urls import mask_url
 from soloist.timeline import MAX_UPCOMING
 
@@ -378,14 +381,47 @@ def _job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
 
 @main.command()
 @store_option
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_PAGE),
+    default=DEFAULT_PAGE,
+    show_default=True,
+    help=f"Jobs listed (1 to {MAX_PAGE}).",
+)
+@click.option("--prefix", default="", help="Only jobs whose names start with this.")
+@click.option("--after", default=None, help="List the jobs after this name (the next page).")
+@click.option(
+    "--paused/--not-paused",
+    "paused",
+    default=None,
+    help="Only paused jobs, or only those not paused.",
+)
+@click.option(
+    "--outcome",
+    type=click.Choice(OUTCOMES),
+    default=None,
+    help="Only jobs whose last outcome is this ('none': never finished).",
+)
 @json_option
-def status(store: str, as_json: bool) -> None:
-    """Live instances, the leader and its epoch, and each job's next plan time."""
+def status(
+    store: str,
+    limit: int,
+    prefix: str,
+    after: str | None,
+    paused: bool | None,
+    outcome: str | None,
+    as_json: bool,
+) -> None:
+    """Live instances, the leader and its epoch, the number of jobs, and a page of jobs
+    (by name) with their next plan time and last outcome. Reads a bounded amount,
+    whatever the number of jobs: page on with --after."""
+    query = _guard(lambda: check_query(JobQuery(after, prefix, paused, outcome, limit)))
 
     # What the store says about the cluster: this command is no instance, so it reports
     # none of its own (no instance id, mode or leadership of a process that runs nothing).
     async def read(s: Store) -> JSONDict:
-        return {"store": mask_url(store), **await cluster_report(s, DEFAULT_ELECTION)}
+        report = await cluster_report(checked(s), DEFAULT_ELECTION, query)
+        return {"store": mask_url(store), **report}
 
     report = _with_store(store, read, migrate=False)
     if as_json:
@@ -407,10 +443,33 @@ def status(store: str, as_json: bool) -> None:
             f"  {inst['instance_id']}{mark}  mode {inst['mode']}  pid {inst['pid']} on "
             f"{inst['host']}  last seen {inst['last_seen']}{held}"
         )
-    click.echo("jobs:")
-    for row in report["jobs"]:
-        paused = " (paused)" if row["paused"] else ""
-        click.echo(f"  {row['name']:<24} next {row['next_plan_time'] or '-'}{paused}")
+    _echo_jobs(report, query)
+
+
+def _echo_jobs(report: JSONDict, query: JobQuery) -> None:
+    """The jobs part of ``soloist status``: the counts, the page, and how to go on."""
+    counts, rows = report["job_counts"], report["jobs"]
+    paused = f", {counts['paused']} paused" if counts["paused"] is not None else ""
+    which = f" named {query.prefix}*" if query.prefix else ""
+    click.echo(f"jobs{which}: {counts['total']}{paused}")
+    for row in rows:
+        last = row["last"]
+        outcome = "never finished"
+        if last is not None:
+            code = f" ({last['error_code']})" if last["error_code"] else ""
+            outcome = f"last {last['state']}{code} {last['finished_at'] or last['plan_time']}"
+        flag = " (paused)" if row["paused"] else ""
+        click.echo(f"  {row['name']:<24} next {row['next_plan_time'] or '-'}  {outcome}{flag}")
+    cursor = report["jobs_next_cursor"]
+    if cursor is None:
+        return
+    again = f"soloist status --after {shlex.quote(cursor)}"
+    if query.prefix:
+        again += f" --prefix {shlex.quote(query.prefix)}"
+    if query.after is None and not query.filtered:
+        click.echo(f"  ... and {counts['total'] - len(rows)} more: {again}")
+    else:
+        click.echo(f"  ... more follow: {again}")
 
 
 @main.command()

@@ -21,10 +21,11 @@ from soloist.errors import StoreError
 from soloist.metrics import Metrics
 from soloist.models import Attempt, CancelResult, JSONDict, Occurrence, State
 from soloist.operations import Operations
-from soloist.reports import cluster_report, job_summaries
+from soloist.reports import cluster_report, job_page
 from soloist.runtime import Runtime
 from soloist.runtime.health import Health
-from soloist.stores.base import Store
+from soloist.stores.core import CheckedStore
+from soloist.stores.pages import JobQuery
 from soloist.stores.urls import mask_url
 
 __all__ = ["NOT_RUNNING", "Control", "Instance", "InstanceControl", "SupportsControl"]
@@ -51,12 +52,15 @@ class Control(Protocol):
 
     # -- reads ----------------------------------------------------------------------------------
     async def status(self) -> JSONDict:
-        """This instance, the leader and its epoch, the live instances and every job (the
-        body of ``GET /status``)."""
+        """This instance, the leader and its epoch, the live instances, the jobs' counts
+        and their first page (the body of ``GET /status``), in a bounded number of store
+        round trips whatever the number of jobs."""
         ...
 
-    async def jobs(self) -> list[JSONDict]:
-        """Every job the store knows, with its next plan time and last outcome."""
+    async def jobs(self, query: JobQuery | None = None) -> JSONDict:
+        """One page of the jobs the store knows (default: the first 50 by name), each with
+        its next plan time and last outcome, and ``next_cursor`` (the body of ``GET
+        /api/jobs``; see :mod:`soloist.stores.pages`)."""
         ...
 
     async def history(
@@ -130,7 +134,7 @@ class Instance(Protocol):
     @property
     def runtime(self) -> Runtime | None: ...
 
-    async def astore(self) -> Store: ...
+    async def astore(self) -> CheckedStore: ...
 
 
 class InstanceControl:
@@ -164,8 +168,8 @@ class InstanceControl:
             **(runtime.report() if runtime is not None else NOT_RUNNING),
         }
 
-    async def jobs(self) -> list[JSONDict]:
-        return await job_summaries(await self._instance.astore())
+    async def jobs(self, query: JobQuery | None = None) -> JSONDict:
+        return await job_page(await self._instance.astore(), query)
 
     async def history(
         self, job: str | None = None, state: str | State | None = None, limit: int = 100

@@ -1,26 +1,29 @@
 """What the store says about jobs and instances, as JSON for people: the rows of
 ``soloist jobs`` and ``soloist status``, ``GET /api/jobs`` and the shared part of
-``GET /status``. Display only; the operations are in :mod:`soloist.operations`."""
+``GET /status``. Display only; the operations are in :mod:`soloist.operations`.
+
+Every report costs a bounded number of store round trips, whatever the number of jobs:
+jobs come a page at a time with their last outcomes (one query,
+:meth:`~soloist.stores.core.CheckedStore.job_page`), and the cluster report adds the
+jobs' counts, the leader, the live instances and the partition leases."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 from soloist.errors import SoloistError
-from soloist.models import InstanceInfo, JobRecord, JSONDict, Occurrence, State
+from soloist.models import InstanceInfo, JobRecord, JSONDict
 from soloist.schedules import schedule_from_dict
-from soloist.stores.base import Store
+from soloist.stores.core import CheckedStore
+from soloist.stores.pages import JobCounts, JobPage, JobQuery, LastOutcome
 
-__all__ = ["LAST_LOOKBACK", "cluster_report", "job_json", "job_summaries"]
-
-#: How many of a job's newest occurrences are read to find its last outcome (the newest
-#: may be planned ahead and not yet run).
-LAST_LOOKBACK = 5
+__all__ = ["cluster_report", "counts_json", "job_json", "job_page", "page_json"]
 
 
-def job_json(record: JobRecord, now: datetime, last: Occurrence | None = None) -> JSONDict:
+def job_json(record: JobRecord, now: datetime, last: LastOutcome | None = None) -> JSONDict:
     """A job as ``soloist jobs --json`` and ``GET /api/jobs`` show it: its schedule as
-    text, the next plan time after ``now`` and a summary of ``last``, its latest run."""
+    text, the next plan time after ``now`` and a summary of ``last``, its last outcome."""
     try:
         schedule = schedule_from_dict(record.schedule["schedule"])
         text, upcoming = schedule.describe(), schedule.next_after(now)
@@ -45,24 +48,46 @@ def job_json(record: JobRecord, now: datetime, last: Occurrence | None = None) -
     }
 
 
-async def job_summaries(store: Store) -> list[JSONDict]:
-    """Every job ``store`` knows, as :func:`job_json` objects with the last outcome."""
-    now = await store.now()
-    summaries = []
-    for record in await store.job_list():
-        recent = await store.occurrence_list(job=record.name, limit=LAST_LOOKBACK)
-        last = next((o for o in recent if o.state is not State.SCHEDULED), None)
-        summaries.append(job_json(record, now, last))
-    return summaries
+def page_json(page: JobPage, now: datetime) -> JSONDict:
+    """A page of jobs as ``GET /api/jobs`` answers it: ``jobs`` (:func:`job_json`) and
+    ``next_cursor``, the ``cursor`` of the next page (None: this is the last)."""
+    return {
+        "jobs": [job_json(view.record, now, view.last) for view in page.jobs],
+        "next_cursor": page.next_after,
+    }
 
 
-async def cluster_report(store: Store, election: str) -> JSONDict:
-    """What ``store`` says about all instances: the leader of ``election``, its epoch, the
-    live instances and every job (the shared part of ``GET /status``)."""
-    lease = await store.leader_get(election)
-    instances = await store.instance_list()
+def counts_json(counts: JobCounts) -> JSONDict:
+    """The jobs' counts: ``total`` and ``paused`` (None where the store cannot count
+    them without reading every job)."""
+    return {"total": counts.total, "paused": counts.paused}
+
+
+async def job_page(store: CheckedStore, query: JobQuery | None = None) -> JSONDict:
+    """One page of jobs with their last outcomes (:func:`page_json`): two round trips."""
+    now, page = await asyncio.gather(store.now(), store.job_page(query))
+    return page_json(page, now)
+
+
+async def cluster_report(
+    store: CheckedStore, election: str, query: JobQuery | None = None
+) -> JSONDict:
+    """What ``store`` says about all instances (the shared part of ``GET /status``): the
+    leader of ``election``, its epoch, the live instances, the jobs' counts (``job_counts``:
+    :func:`counts_json`) and the first page of jobs of ``query`` (default: the first
+    :data:`~soloist.stores.pages.DEFAULT_PAGE` by name) with ``jobs_next_cursor``, where
+    ``GET /api/jobs`` goes on. Six reads, sent at once, whatever the number of jobs."""
+    query = query if query is not None else JobQuery()
+    lease, instances, leases, counts, now, page = await asyncio.gather(
+        store.leader_get(election),
+        store.instance_list(),
+        store.partition_list(),
+        store.job_counts(query.prefix),
+        store.now(),
+        store.job_page(query),
+    )
+    jobs = page_json(page, now)
     held: dict[str, list[int]] = {}
-    leases = await store.partition_list()
     for partition in leases:
         held.setdefault(partition.holder, []).append(partition.partition)
     return {
@@ -82,7 +107,9 @@ async def cluster_report(store: Store, election: str) -> JSONDict:
             for i in instances
         ],
         "partitions_held": len(leases),
-        "jobs": await job_summaries(store),
+        "job_counts": counts_json(counts),
+        "jobs": jobs["jobs"],
+        "jobs_next_cursor": jobs["next_cursor"],
     }
 
 

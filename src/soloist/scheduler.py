@@ -419,9 +419,9 @@ class Scheduler:
     cancel = sync_twin(acancel)
 
     async def astatus(self) -> dict[str, Any]:
-        """This instance, the leader and its epoch, the live instances and every job with
-        its next plan time and last outcome (what ``GET /status`` and ``soloist status``
-        show)."""
+        """This instance, the leader and its epoch, the live instances, the jobs' counts
+        and the first page of jobs with their next plan time and last outcome (what ``GET
+        /status`` and ``soloist status`` show; ``GET /api/jobs`` pages on)."""
         return await self._control.status()
 
     status = sync_twin(astatus)

@@ -16,7 +16,7 @@ import hmac
 import ipaddress
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -38,6 +38,7 @@ from soloist.errors import (
 )
 from soloist.metrics import CONTENT_TYPE_LATEST
 from soloist.models import Cancelled
+from soloist.stores.pages import JobQuery, check_query
 
 __all__ = ["LOOPBACK_HOSTS", "MAX_LIMIT", "READY_TIMEOUT", "create_app", "is_loopback"]
 
@@ -52,7 +53,7 @@ MAX_ERROR_CHARS = 500
 #: The ``Host`` names a loopback-bound server answers to (any port): a DNS-rebinding page
 #: reaches 127.0.0.1 under its own name, which is not one of these.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
-#: ``/api/occurrences``: rows returned by default, and at most.
+#: ``/api/occurrences`` and ``/api/jobs``: rows returned by default, and at most.
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
@@ -118,6 +119,29 @@ def parse_limit(text: str) -> int:
     if not digits or not 1 <= int(text) <= MAX_LIMIT:
         raise ConfigError(f"invalid limit {text!r}: expected an integer from 1 to {MAX_LIMIT}")
     return int(text)
+
+
+def parse_paused(text: str) -> bool:
+    """The ``paused`` query parameter: ``true`` or ``false``."""
+    if text not in ("true", "false"):
+        raise ConfigError(f"invalid paused {text!r}: expected true or false")
+    return text == "true"
+
+
+def jobs_query(query: Mapping[str, str]) -> JobQuery:
+    """The page of ``GET /api/jobs`` its query parameters ask for: ``limit`` (1 to 500,
+    default 50), ``cursor`` (the ``next_cursor`` of the page before), ``prefix`` (of the
+    names), ``paused`` (``true``/``false``) and ``outcome`` (the last outcome:
+    ``succeeded``, ``dead``, ``skipped`` or ``none``); a bad value is a 400 naming it."""
+    return check_query(
+        JobQuery(
+            after=query.get("cursor") or None,
+            prefix=query.get("prefix", ""),
+            paused=parse_paused(query["paused"]) if query.get("paused") else None,
+            outcome=query.get("outcome") or None,
+            limit=parse_limit(query.get("limit", str(DEFAULT_LIMIT))),
+        )
+    )
 
 
 def guarded(endpoint: Endpoint) -> Endpoint:
@@ -220,7 +244,7 @@ class Api:
 
     # -- reads --------------------------------------------------------------------------------
     async def jobs(self, request: Request) -> Response:
-        return json_response({"jobs": await self.control.jobs()})
+        return json_response(await self.control.jobs(jobs_query(request.query_params)))
 
     async def occurrences(self, request: Request) -> Response:
         query = request.query_params
