@@ -7,7 +7,9 @@ The runtime calls a few cheap methods; the executor's per-run path looks up one 
 
 What the store holds (occurrences by job and state, the queue depth) is not counted by the
 runtime: it is read with :meth:`Store.occurrence_counts` when ``/metrics`` is scraped,
-at most once per :data:`COUNTS_MAX_AGE` seconds (:meth:`Metrics.refresh_counts`).
+at most once per :data:`COUNTS_MAX_AGE` seconds (:meth:`Metrics.refresh_counts`), for the
+labelled jobs only and every other job by state together (``jobs=``), so that the reading
+does not grow with the number of dynamic schedules either.
 
 Labels stay bounded whatever the number of jobs: a ``job`` label names a job or task
 defined in this process's code (the registry's tasks), or one of the names configured in
@@ -31,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Container, Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
@@ -44,6 +46,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from soloist.stores.core import checked
 
 if TYPE_CHECKING:
     from soloist.models import OccurrenceCounts
@@ -254,7 +258,7 @@ class Metrics:
         instance_id: str,
         mode: str,
         *,
-        defined: Container[str] | None = None,
+        defined: Collection[str] | None = None,
         keep: Iterable[str] = (),
     ) -> None:
         self._defined = defined
@@ -339,15 +343,24 @@ class Metrics:
             return job
         return AGGREGATED
 
+    def labelled(self) -> frozenset[str] | None:
+        """The names that have a label of their own now (None: every name)."""
+        if self._defined is None:
+            return None
+        return frozenset(self._defined) | self._keep
+
     def counts_by_label(self, counts: OccurrenceCounts) -> dict[tuple[str, str], int]:
         """``counts`` by (job label, state value): the jobs without a label of their own
-        summed under :data:`AGGREGATED`. Worked out once per reading of the store."""
+        (and ``others``, when the store summed them) under :data:`AGGREGATED`. Worked
+        out once per reading of the store."""
         cached = self._by_label
         if cached is not None and cached[0] is counts:
             return cached[1]
         summed: Tally[tuple[str, str]] = Tally()
         for (job, state), count in counts.by_job_state.items():
             summed[(self.label(job), state.value)] += count
+        for state, count in (counts.others or {}).items():
+            summed[(AGGREGATED, state.value)] += count
         self._by_label = (counts, dict(summed))
         return self._by_label[1]
 
@@ -390,15 +403,20 @@ class Metrics:
     # -- scraping ---------------------------------------------------------------------------------
     async def refresh_counts(self, store: Store, *, max_age: float = COUNTS_MAX_AGE) -> None:
         """Read :meth:`Store.occurrence_counts` unless the last reading is younger than
-        ``max_age`` seconds. Concurrent scrapes share one read. A failure keeps the last
-        reading, is counted under ``operation="occurrence_counts"`` and logged."""
+        ``max_age`` seconds: of the labelled jobs, the others by state together. Concurrent
+        scrapes share one read. A failure keeps the last reading, is counted under
+        ``operation="occurrence_counts"`` and logged."""
         if self._counts_lock is None:
             self._counts_lock = asyncio.Lock()
         async with self._counts_lock:
             if time.monotonic() - self._counts_at < max_age:
                 return
             try:
-                self.counts = await store.occurrence_counts()
+                labelled = self.labelled()
+                if labelled is None:
+                    self.counts = await store.occurrence_counts()
+                else:
+                    self.counts = await checked(store).occurrence_counts(jobs=labelled)
             except Exception as exc:
                 self.store_error("occurrence_counts")
                 log.warning(

@@ -390,10 +390,16 @@ class JobRecord:
 class OccurrenceCounts:
     """What the store holds, counted (for metrics and the dashboard): occurrences by
     (job, state), history included within the store's retention, and ``due``: claimable
-    occurrences (``scheduled`` or ``failed``) whose due_at has passed, the queue depth."""
+    occurrences (``scheduled`` or ``failed``) whose due_at has passed, the queue depth.
+
+    ``others``: None when ``by_job_state`` counts every job; when the counts were asked
+    for some jobs only (``occurrence_counts(jobs=...)``), ``by_job_state`` holds those
+    jobs' pairs and ``others`` the occurrences of every other job by state (states with
+    none are absent), so that the answer stays small whatever the number of jobs."""
 
     by_job_state: dict[tuple[str, State], int]
     due: int
+    others: dict[State, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from soloist import Scheduler, every
 from soloist.errors import ConfigError, StoreError
 from soloist.metrics import AGGREGATED, Metrics
-from soloist.models import OccurrenceCounts, State
+from soloist.models import Kind, NewOccurrence, OccurrenceCounts, State
 from soloist.runtime import Runtime
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
@@ -277,3 +277,23 @@ def test_a_bad_metrics_jobs_is_refused_naming_it(given: object, expected: str) -
     """metrics_jobs takes printable names (a list, or separated by commas), at most 100."""
     with pytest.raises(ConfigError, match=expected):
         Scheduler("memory://", metrics_jobs=given)  # type: ignore[arg-type]
+
+
+async def test_the_store_is_asked_for_the_labelled_jobs_only() -> None:
+    """refresh_counts asks the store for the labelled jobs' pairs and the others by state
+    (``jobs=``), and soloist_occurrences shows the others under job="(dynamic)"."""
+    app = Scheduler("memory://", metrics_jobs=["kept"])
+    app.task(name="t")(lambda ctx: None)
+    store = await app.astore()
+    for job in ("t", "kept", "report-1", "report-2"):
+        await store.occurrence_insert(
+            NewOccurrence(f"k-{job}", job, "t", "", T0, T0, Kind.SCHEDULE)
+        )
+    await app.metrics.refresh_counts(store)
+    read = app.metrics.counts
+    assert read is not None and read.others == {State.SCHEDULED: 2}
+    assert set(read.by_job_state) == {("t", State.SCHEDULED), ("kept", State.SCHEDULED)}
+    samples = parse(app.metrics)
+    assert value(samples, "soloist_occurrences", job=AGGREGATED, state="scheduled") == 2
+    assert value(samples, "soloist_occurrences", job="kept", state="scheduled") == 1
+    await app.aclose()

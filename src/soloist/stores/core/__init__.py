@@ -14,6 +14,7 @@ from __future__ import annotations
 from soloist.stores.core.capabilities import (
     PLAIN,
     Capabilities,
+    CountsJobs,
     PagesJobs,
     Reach,
     capabilities_of,
@@ -24,6 +25,7 @@ __all__ = [
     "PLAIN",
     "Capabilities",
     "CheckedStore",
+    "CountsJobs",
     "PagesJobs",
     "Reach",
     "capabilities_of",

@@ -11,18 +11,20 @@ is a plain store: it works, polls, and reads the clock before inserting at now.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal, Protocol, runtime_checkable
 
 from soloist.errors import ConfigError
-from soloist.models import NewOccurrence, Occurrence
+from soloist.models import NewOccurrence, Occurrence, OccurrenceCounts
 from soloist.stores.pages import JobCounts, JobPage, JobQuery
 
 __all__ = [
     "PLAIN",
     "Capabilities",
     "ChecksSchema",
+    "CountsJobs",
     "InsertsAtNow",
     "Listens",
     "PagesJobs",
@@ -49,6 +51,9 @@ class Capabilities:
     * ``pages_jobs``: ``job_page(query)`` and ``job_counts(prefix)`` (:class:`PagesJobs`)
       read one page of jobs with their last outcomes, and the jobs' counts, each in a
       bounded number of round trips whatever the number of jobs (the operator's views).
+    * ``counts_jobs``: ``occurrence_counts_of(jobs, now)`` (:class:`CountsJobs`) counts the
+      occurrences of some jobs by state and those of all the others by state together, in
+      one round trip whose answer does not grow with the number of jobs (the metrics).
     * ``reach``: who may share the store (see :data:`Reach`).
     """
 
@@ -56,6 +61,7 @@ class Capabilities:
     inserts_at_now: bool = False
     checks_schema: bool = False
     pages_jobs: bool = False
+    counts_jobs: bool = False
     reach: Reach = "network"
 
 
@@ -112,11 +118,23 @@ class PagesJobs(Protocol):
         ...
 
 
+@runtime_checkable
+class CountsJobs(Protocol):
+    async def occurrence_counts_of(
+        self, jobs: Sequence[str], now: datetime | None
+    ) -> OccurrenceCounts:
+        """:meth:`~soloist.stores.base.Store.occurrence_counts` for the jobs of ``jobs``
+        (sorted, distinct) only, with ``others`` set: every other job's occurrences by
+        state. One consistent read in one round trip, its answer as large as ``jobs``."""
+        ...
+
+
 _NEEDS: dict[str, tuple[type, str]] = {
     "notifies": (Listens, "listen"),
     "inserts_at_now": (InsertsAtNow, "occurrence_insert_now"),
     "checks_schema": (ChecksSchema, "schema_check"),
     "pages_jobs": (PagesJobs, "job_page"),
+    "counts_jobs": (CountsJobs, "occurrence_counts_of"),
 }
 
 
@@ -133,6 +151,7 @@ def capabilities_of(store: object) -> Capabilities:
             inserts_at_now=isinstance(store, InsertsAtNow),
             checks_schema=isinstance(store, ChecksSchema),
             pages_jobs=isinstance(store, PagesJobs),
+            counts_jobs=isinstance(store, CountsJobs),
         )
     if not isinstance(declared, Capabilities):
         raise ConfigError(

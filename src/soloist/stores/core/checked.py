@@ -49,6 +49,7 @@ from soloist.stores.base import Store
 from soloist.stores.core.capabilities import (
     Capabilities,
     ChecksSchema,
+    CountsJobs,
     InsertsAtNow,
     Listens,
     PagesJobs,
@@ -62,6 +63,7 @@ from soloist.stores.core.checks import (
     check_item,
     check_items,
     check_job,
+    check_jobs,
     check_limit,
     check_outcomes,
     check_partitions,
@@ -83,7 +85,7 @@ from soloist.stores.pages import (
 )
 from soloist.stores.urls import Retention
 
-__all__ = ["MAX_DELAY", "CheckedStore", "checked"]
+__all__ = ["MAX_DELAY", "CheckedStore", "checked", "split_counts"]
 
 #: The longest delay of :meth:`CheckedStore.occurrence_insert_now`: 1000 years.
 MAX_DELAY = timedelta(days=365_250)
@@ -288,8 +290,19 @@ class CheckedStore:
             return []
         return await self.driver.occurrence_list(job=job, state=wanted, limit=limit)
 
-    async def occurrence_counts(self, now: datetime | None = None) -> OccurrenceCounts:
-        return await self.driver.occurrence_counts(self._at(now))
+    async def occurrence_counts(
+        self, now: datetime | None = None, *, jobs: Collection[str] | None = None
+    ) -> OccurrenceCounts:
+        """The protocol's counts; with ``jobs``, only those jobs' pairs, and every other
+        job's occurrences by state in ``others`` (see :class:`OccurrenceCounts`): one
+        round trip whose answer does not grow with the number of jobs on a store that
+        counts jobs (``counts_jobs``); on another, the protocol's counts summed here."""
+        if jobs is None:
+            return await self.driver.occurrence_counts(self._at(now))
+        wanted = check_jobs(jobs)
+        if self.capabilities.counts_jobs:
+            return await cast(CountsJobs, self.driver).occurrence_counts_of(wanted, self._at(now))
+        return split_counts(await self.driver.occurrence_counts(self._at(now)), wanted)
 
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
         return await self.driver.occurrence_attempts(occurrence_id)
@@ -427,3 +440,17 @@ class CheckedStore:
 
     async def instance_remove(self, instance_id: str) -> None:
         await self.driver.instance_remove(instance_id)
+
+
+def split_counts(counts: OccurrenceCounts, jobs: Collection[str]) -> OccurrenceCounts:
+    """``counts`` of every job as ``occurrence_counts(jobs=jobs)`` answers: the pairs of
+    ``jobs``, and all the others summed by state in ``others``."""
+    named = set(jobs)
+    pairs: dict[tuple[str, State], int] = {}
+    others: dict[State, int] = {}
+    for (job, state), count in counts.by_job_state.items():
+        if job in named:
+            pairs[(job, state)] = count
+        else:
+            others[state] = others.get(state, 0) + count
+    return OccurrenceCounts(by_job_state=pairs, due=counts.due, others=others)

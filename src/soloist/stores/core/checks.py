@@ -95,6 +95,13 @@ def check_tasks(tasks: Collection[str]) -> list[str]:
     return sorted(set(tasks))
 
 
+def check_jobs(jobs: Collection[str]) -> list[str]:
+    """``jobs`` as a sorted list of distinct job names (a bare string is a caller bug)."""
+    if isinstance(jobs, str) or not all(isinstance(job, str) for job in jobs):
+        raise ConfigError(f"invalid jobs {jobs!r}: expected a collection of job names")
+    return sorted(set(jobs))
+
+
 def check_state(state: State | str | None) -> State | None:
     """``state`` as a :class:`State` (None: any state)."""
     if state is None:

@@ -52,6 +52,7 @@ from soloist.stores.postgres.connections import (
     Connections,
 )
 from soloist.stores.postgres.coordination import Coordination
+from soloist.stores.postgres.counts import counts_of_sql
 from soloist.stores.postgres.history import History
 from soloist.stores.postgres.planning import Planning, step_rounds
 from soloist.stores.postgres.queries import Queries
@@ -81,7 +82,7 @@ class PostgresStore:
     A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
 
     capabilities = Capabilities(
-        notifies=True, inserts_at_now=True, checks_schema=True, pages_jobs=True
+        notifies=True, inserts_at_now=True, checks_schema=True, pages_jobs=True, counts_jobs=True
     )
 
     def __init__(
@@ -421,6 +422,25 @@ class PostgresStore:
         rows = await self._rows(self._sql.counts, {"now": self._at(now)})
         counts = {(row[0], State(row[1])): int(row[2]) for row in rows}
         return OccurrenceCounts(by_job_state=counts, due=int(rows[0][3]) if rows else 0)
+
+    async def occurrence_counts_of(
+        self, jobs: Sequence[str], now: datetime | None
+    ) -> OccurrenceCounts:
+        """The capability ``counts_jobs``: one statement (see :mod:`.counts`)."""
+        rows = await self._rows(
+            counts_of_sql(self.schema), {"jobs": list(jobs), "now": self._at(now)}
+        )
+        named: dict[tuple[str, State], int] = {}
+        total: dict[State, int] = {}
+        for job, state, n, _ in rows:
+            if job is None:
+                total[State(state)] = int(n)
+            else:
+                named[(job, State(state))] = int(n)
+        for (_, state), n in named.items():
+            total[state] -= n
+        others = {state: n for state, n in total.items() if n > 0}
+        return OccurrenceCounts(named, int(rows[0][3]) if rows else 0, others)
 
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
         rows = await self._rows(self._sql.attempts, {"id": occurrence_id})

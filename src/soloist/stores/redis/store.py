@@ -72,7 +72,7 @@ class RedisStore:
     A driver: it trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
 
     capabilities = Capabilities(
-        notifies=True, inserts_at_now=True, checks_schema=True, pages_jobs=True
+        notifies=True, inserts_at_now=True, checks_schema=True, pages_jobs=True, counts_jobs=True
     )
 
     def __init__(
@@ -408,6 +408,24 @@ class RedisStore:
             if int(value) > 0:
                 counts[(job, State(state))] = int(value)
         return OccurrenceCounts(by_job_state=counts, due=int(due))
+
+    async def occurrence_counts_of(
+        self, jobs: Sequence[str], now: datetime | None
+    ) -> OccurrenceCounts:
+        """The capability ``counts_jobs``: one script call reading the state indexes'
+        sizes and the named jobs' counters (``lua/read.lua``)."""
+        states = [state.value for state in State]
+        args = ["counts_of", len(states), *states, *jobs]
+        flat, totals, due = await self._run("read", self._at(now), args)
+        named: dict[tuple[str, State], int] = {}
+        for field, value in zip(flat[::2], flat[1::2], strict=True):
+            job, _, state = str(field).rpartition("\0")
+            named[(job, State(state))] = int(value)
+        others = {State(str(s)): int(n) for s, n in zip(totals[::2], totals[1::2], strict=True)}
+        for (_, state), n in named.items():
+            others[state] -= n
+        others = {state: n for state, n in others.items() if n > 0}
+        return OccurrenceCounts(named, int(due), others)
 
     async def occurrence_attempts(self, occurrence_id: str) -> list[Attempt]:
         with self._conns.translated():

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from soloist.errors import ConfigError
 from soloist.models import ErrorCode, Outcome, State
 from soloist.stores.base import Store
+from soloist.stores.core import CheckedStore
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance.base import at, claim, insert, new_occurrence
 
@@ -85,3 +89,44 @@ class CountConformance:
         counts = await store.occurrence_counts()
         assert counts.by_job_state == {("other", State.SCHEDULED): 1}
         assert counts.due == 1
+
+    async def test_counts_of_some_jobs_sum_every_other_job_by_state(
+        self, store: CheckedStore, clock: FakeClock
+    ) -> None:
+        """``occurrence_counts(jobs=...)`` (what /metrics reads) gives the pairs of those
+        jobs only and every other job's occurrences by state in ``others``, the same
+        totals as the full counts; a name with no occurrence adds nothing."""
+        await insert(
+            store,
+            new_occurrence("a1", job="a", task="ta"),
+            new_occurrence("a2", job="a", task="ta", due_at=at(60)),
+            new_occurrence("b1", job="b", task="tb"),
+            new_occurrence("d1", job="dyn-1", task="td"),
+            new_occurrence("d2", job="dyn-2", task="td", due_at=at(60)),
+            new_occurrence("d3", job="dyn-3", task="tx"),
+        )
+        await claim(store, tasks=["tb"])
+        (x,) = await claim(store, tasks=["tx"])
+        applied = await store.occurrence_complete(
+            "i1", [Outcome(x.id, x.fencing_token, State.SUCCEEDED, None, None)]
+        )
+        assert applied == {x.id}
+        some = await store.occurrence_counts(jobs=["a", "b", "never-ran"])
+        assert some.by_job_state == {("a", State.SCHEDULED): 2, ("b", State.RUNNING): 1}
+        assert some.others == {State.SCHEDULED: 2, State.SUCCEEDED: 1}
+        whole = await store.occurrence_counts()
+        assert whole.others is None and some.due == whole.due == 2
+        none_named = await store.occurrence_counts(jobs=[])
+        assert none_named.by_job_state == {}
+        assert none_named.others == {
+            State.SCHEDULED: 4,
+            State.RUNNING: 1,
+            State.SUCCEEDED: 1,
+        }
+        with pytest.raises(ConfigError, match="expected a collection of job names"):
+            await store.occurrence_counts(jobs="a")
+
+    async def test_counts_of_some_jobs_of_an_empty_store(self, store: CheckedStore) -> None:
+        """An empty store: no pair, no other occurrence, nothing due."""
+        counts = await store.occurrence_counts(jobs=["a"])
+        assert (counts.by_job_state, counts.others, counts.due) == ({}, {}, 0)

@@ -3,6 +3,9 @@
 --             newest plan time first, ties newest inserted first. The index walked is the
 --             job's, the state's (the smaller of both when both filter) or all.
 --   counts:   {flat (job \0 state, count) pairs, number of claimable rows due by now}.
+--   counts_of: ARGV[6] n, ARGV[7..6+n] the states, ARGV[7+n..] some jobs: {flat (job \0
+--             state, count) pairs of those jobs, flat (state, count) pairs of every job,
+--             the due number}; reads 1 + n + jobs x n counters, whatever the number of jobs.
 --   next_due: ARGV[6..] tasks: the earliest due time of their claimable rows, or nil.
 local op = ARGV[5]
 if op == 'list' then
@@ -46,6 +49,32 @@ elseif op == 'counts' then
     due = due + redis.call('ZCOUNT', B .. ':due:' .. task, '-inf', NOW_US)
   end
   return {redis.call('HGETALL', B .. ':counts'), due}
+elseif op == 'counts_of' then
+  local due = 0
+  for _, task in ipairs(redis.call('SMEMBERS', B .. ':tasks')) do
+    due = due + redis.call('ZCOUNT', B .. ':due:' .. task, '-inf', NOW_US)
+  end
+  local n = tonumber(ARGV[6])
+  local named, totals = {}, {}
+  for i = 7, 6 + n do
+    local state = ARGV[i]
+    local total = redis.call('ZCARD', B .. ':st:' .. state)
+    if total > 0 then
+      totals[#totals + 1] = state
+      totals[#totals + 1] = total
+    end
+  end
+  for j = 7 + n, #ARGV do
+    for i = 7, 6 + n do
+      local field = ARGV[j] .. '\0' .. ARGV[i]
+      local count = redis.call('HGET', B .. ':counts', field)
+      if count and tonumber(count) > 0 then
+        named[#named + 1] = field
+        named[#named + 1] = count
+      end
+    end
+  end
+  return {named, totals, due}
 elseif op == 'next_due' then
   local best, best_id = nil, nil
   for i = 6, #ARGV do
