@@ -214,7 +214,7 @@ class Client:
 
     IDLE_S = 4.0
 
-    def __init__(self, port: int, timeout: float = 120.0) -> None:
+    def __init__(self, port: int, timeout: float = 60.0) -> None:
         self.port, self.timeout = port, timeout
         self.conn = self._connect()
         self.used = time.monotonic()
@@ -225,7 +225,7 @@ class Client:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
 
     def get(self, path: str) -> tuple[int, bytes, float]:
-        """(status, body, seconds)."""
+        """(status, body, seconds); status 0 if no answer came within the timeout."""
         if time.monotonic() - self.used > self.IDLE_S:
             self.conn.close()
             self.conn = self._connect()
@@ -235,6 +235,10 @@ class Client:
             self.conn.request("GET", path)
             answer = self.conn.getresponse()
             body = answer.read()
+        except TimeoutError:
+            self.conn.close()
+            self.conn = self._connect()
+            return 0, b"", time.perf_counter() - started
         except (OSError, http.client.HTTPException):
             self.conn.close()
             self.conn = self._connect()  # a fresh connection for the next request
@@ -373,12 +377,17 @@ async def measure_size(target: Target, config: OperatorConfig, count: int) -> di
         result.update(await add_schedules(store, count, config.interval))
     finally:
         await store.close()
+    config.echo(
+        f"  schedules written in {result['add_s']:.1f}s, their runs in "
+        f"{result['history_insert_s']:.1f}s; starting the instance"
+    )
     instance = Instance(url)
     client = Client(instance.port)
     try:
         instance.start()
         result["start_s"] = await asyncio.to_thread(wait_ready, client, instance)
         result["drain_s"] = await asyncio.to_thread(wait_drained, client, instance, count)
+        config.echo(f"  the instance ran them in {result['drain_s']:.1f}s; timing the views")
         views = await asyncio.to_thread(measure_views, client, config.requests)
         result.update(views)
         result["runs_per_s_during"] = views["runs_during"] / views["window_s"]
@@ -450,7 +459,10 @@ def table(result: dict[str, Any]) -> list[str]:
 def _ms(endpoints: dict[str, Any], name: str) -> str:
     values = endpoints[name]
     text = f"{values['median_ms']:.1f}"
-    return text if values["statuses"] == [200] else f"{text} (HTTP {values['statuses']})"
+    if values["statuses"] == [200]:
+        return text
+    said = ", ".join(str(s) if s else "no answer in 60 s" for s in values["statuses"])
+    return f"{text} (HTTP {said})"
 
 
 async def run_operator(config: OperatorConfig) -> dict[str, Any]:
