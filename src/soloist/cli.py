@@ -94,11 +94,22 @@ class _Commands(click.Group):
         **extra: Any,
     ) -> click.Context:
         with _one_line_errors():
+            if parent is None:
+                _check_utf8(args)
             return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
         with _one_line_errors():
             return super().invoke(ctx)
+
+
+def _check_utf8(args: list[str]) -> None:
+    """Refuse an argument that is not UTF-8 text: invalid bytes on a command line reach
+    Python as lone surrogates, which no store, file or terminal can encode (a job name,
+    a prefix, a URL: a traceback at the first write, or a silent miss)."""
+    for arg in args:
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in arg):
+            raise ConfigError(f"invalid argument {arg!r}: expected UTF-8 text")
 
 
 @contextlib.contextmanager
@@ -427,6 +438,8 @@ def status(
     if as_json:
         click.echo(json.dumps(report))
         return
+    given = click.get_current_context().get_parameter_source("store")
+    on_line = mask_url(store) if given is click.core.ParameterSource.COMMANDLINE else None
     leader = report["leader_id"] or "(none)"
     epoch = report["epoch"] if report["epoch"] is not None else "-"
     click.echo(f"leader: {leader} (epoch {epoch})")
@@ -443,11 +456,13 @@ def status(
             f"  {inst['instance_id']}{mark}  mode {inst['mode']}  pid {inst['pid']} on "
             f"{inst['host']}  last seen {inst['last_seen']}{held}"
         )
-    _echo_jobs(report, query)
+    _echo_jobs(report, query, on_line)
 
 
-def _echo_jobs(report: JSONDict, query: JobQuery) -> None:
-    """The jobs part of ``soloist status``: the counts, the page, and how to go on."""
+def _echo_jobs(report: JSONDict, query: JobQuery, store: str | None) -> None:
+    """The jobs part of ``soloist status``: the counts, the page, and how to go on (the
+    command of the next page: every option of this one, ``store`` the ``--store`` given on
+    the command line, password masked, None when it came from the environment)."""
     counts, rows = report["job_counts"], report["jobs"]
     paused = f", {counts['paused']} paused" if counts["paused"] is not None else ""
     which = f" named {query.prefix}*" if query.prefix else ""
@@ -466,6 +481,14 @@ def _echo_jobs(report: JSONDict, query: JobQuery) -> None:
     again = f"soloist status --after {shlex.quote(cursor)}"
     if query.prefix:
         again += f" --prefix {shlex.quote(query.prefix)}"
+    if query.paused is not None:
+        again += " --paused" if query.paused else " --not-paused"
+    if query.outcome is not None:
+        again += f" --outcome {query.outcome}"
+    if query.limit != DEFAULT_PAGE:
+        again += f" --limit {query.limit}"
+    if store is not None:
+        again += f" --store {shlex.quote(store)}"
     if query.after is None and not query.filtered:
         click.echo(f"  ... and {counts['total'] - len(rows)} more: {again}")
     else:

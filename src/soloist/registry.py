@@ -222,9 +222,17 @@ def local_name(name: str, instance_id: str) -> str:
 
 
 def check_name(name: object, what: str = "job name") -> str:
-    """Names are non-empty strings without control characters (they appear in keys)."""
-    if not isinstance(name, str) or not name.strip() or any(ord(c) < 32 for c in name):
-        raise ConfigError(f"invalid {what} {name!r}: expected a non-empty printable string")
+    """Names are non-empty strings without control characters (they appear in keys), and
+    valid Unicode text (no lone surrogate: what invalid UTF-8 bytes on a command line
+    become in Python, which no store can encode)."""
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in name)
+    ):
+        raise ConfigError(
+            f"invalid {what} {name!r}: expected a non-empty printable string (UTF-8 text)"
+        )
     return name
 
 

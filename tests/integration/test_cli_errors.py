@@ -337,3 +337,10 @@ def test_status_json_describes_the_cluster_not_the_cli(store: str) -> None:
     assert report["store"] == store
     own = {"instance_id", "mode", "running", "is_leader", "will_execute_jobs", "workers"}
     assert own.isdisjoint(report), sorted(own & set(report))
+
+
+@pytest.mark.parametrize("command", [["history", "--job"], ["pause"], ["trigger"]])
+def test_a_name_of_invalid_utf8_is_one_line(store: str, command: list[str]) -> None:
+    """Invalid UTF-8 bytes on a command line reach Python as lone surrogates, which no
+    store can encode: a job name made of them is refused by name, not a traceback."""
+    check_error(soloist(*command, "job-\udcff", "--store", store), 2, "'job-\\udcff'", "UTF-8")

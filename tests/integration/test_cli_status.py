@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from datetime import timedelta
 from pathlib import Path
 
@@ -77,6 +78,26 @@ def test_status_pages_on_after_a_name(store: str) -> None:
     assert _job_lines(rest.stdout) == NAMES[110:] and "more" not in rest.stdout
 
 
+def test_the_next_page_command_keeps_every_option(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command printed for the next page lists the next page of the same query: its
+    filters, its limit and the --store given on the command line (from the environment,
+    none: the environment still says it)."""
+    args = ["--prefix", "job-0", "--not-paused", "--outcome", "none", "--limit", "2"]
+    first = soloist("status", "--store", store, *args)
+    assert _job_lines(first.stdout) == ["job-0000", "job-0002"]
+    line = next(line for line in first.stdout.splitlines() if "more follow:" in line)
+    command = shlex.split(line[line.index("soloist status") :])
+    assert command[-2:] == ["--store", store]
+    again = soloist(*command[1:])
+    assert again.exit_code == 0, again.output
+    assert _job_lines(again.stdout) == ["job-0004", "job-0005"]
+    monkeypatch.setitem(ENV, "SOLOIST_STORE_URL", store)
+    from_env = soloist("status", *args)
+    assert "--store" not in from_env.stdout and "more follow:" in from_env.stdout
+
+
 def test_status_filters_by_prefix_paused_and_outcome(store: str) -> None:
     """--prefix counts and lists the jobs it names; --paused and --outcome keep theirs."""
     done = soloist("status", "--store", store, "--prefix", "job-01")
@@ -106,6 +127,9 @@ def test_status_json_has_the_counts_the_page_and_the_cursor(store: str) -> None:
         (["--after", "a\x01"], "invalid cursor 'a\\x01'"),
         (["--prefix", "\n"], "invalid prefix '\\n'"),
         (["--outcome", "failed"], "'failed' is not one of"),
+        # Invalid UTF-8 on a command line reaches Python as a lone surrogate.
+        (["--prefix", "\udcff"], "invalid argument '\\udcff': expected UTF-8 text"),
+        (["--after", "a\udcff"], "invalid argument 'a\\udcff': expected UTF-8 text"),
     ],
 )
 def test_bad_status_options_are_one_line(store: str, args: list[str], named: str) -> None:

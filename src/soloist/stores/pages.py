@@ -170,14 +170,19 @@ def prefix_end(prefix: str) -> str | None:
 
 
 def _printable(value: object) -> bool:
-    return isinstance(value, str) and not any(ord(c) < 32 for c in value)
+    """A string without control characters that is valid Unicode text (no lone surrogate:
+    the form a command line's invalid UTF-8 bytes take in Python, which no store can
+    encode)."""
+    return isinstance(value, str) and not any(
+        ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in value
+    )
 
 
 def check_prefix(prefix: object) -> str:
-    """``prefix`` if it can start a job name: a string without control characters."""
+    """``prefix`` if it can start a job name: UTF-8 text without control characters."""
     if not _printable(prefix):
         raise ConfigError(
-            f"invalid prefix {prefix!r}: expected a string without control characters"
+            f"invalid prefix {prefix!r}: expected UTF-8 text without control characters"
         )
     assert isinstance(prefix, str)
     return prefix
