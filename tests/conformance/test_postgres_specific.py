@@ -9,7 +9,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -36,7 +36,8 @@ from soloist.models import (
 from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.core import checked
-from soloist.stores.postgres import PostgresStore, codec, migrations, parse_url
+from soloist.stores.pages import JobQuery
+from soloist.stores.postgres import PostgresStore, codec, migrations, pages, parse_url
 from soloist.stores.postgres.connections import (
     INDEX_WALK,
     ORDERED_WALK,
@@ -51,6 +52,7 @@ from soloist.testing.conformance.base import insert
 from soloist.testing.conformance.processes import race_claimers
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)  # due for any real clock
+EVERY = {"kind": "every", "seconds": 300}
 TTL = timedelta(minutes=5)
 
 
@@ -419,6 +421,63 @@ async def test_a_claim_skips_from_the_running_rows_not_the_whole_backlog(
     await claim(store, limit=10)
     skipped = await store.occurrence_list(state=State.SKIPPED, limit=100)
     assert sorted(o.dedupe_key for o in skipped) == ["late0", "late1"]
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _rows_read(dsn: str, query: str, params: dict[str, Any], table: str) -> int:
+    """How many rows of ``table`` the plan of ``query`` read (kept or filtered out), in all
+    its loops, run with the settings the store runs it with."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction(force_rollback=True):
+        conn.execute(ORDERED_WALK)
+        row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params).fetchone()
+    assert row is not None
+    nodes = [n for n in _nodes(row[0][0]["Plan"]) if n.get("Relation Name") == table]
+    assert nodes, row[0]
+    return sum(
+        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"] for n in nodes
+    )
+
+
+async def test_a_page_finds_a_last_outcome_in_a_few_rows_whatever_the_job_holds(
+    postgres_dsn: str, store: PostgresStore
+) -> None:
+    """A job with 2,000 finished occurrences, then 2,000 waiting after the last one (a
+    queue behind a slow handler), among 200 jobs of one finished run each: the page's
+    probe for its last outcome reads a few rows (occurrences_job_last, the finished rows
+    in history order), not every waiting row nor every finished one."""
+    names = [f"j{n:03}" for n in range(200)]
+    jobs = [JobRecord(name=n, task="task", schedule=EVERY) for n in [*names, "busy"]]
+    await store.job_upsert(jobs)
+    base = (await store.now()).replace(microsecond=0) - timedelta(days=1)
+    done = [new_occurrence(f"{n}:0", job=n, due_at=base) for n in names]
+    done += [
+        new_occurrence(f"busy:{n}", job="busy", due_at=base + timedelta(seconds=n))
+        for n in range(2000)
+    ]
+    assert await store.occurrence_insert_many(done) == 2200
+    runs = await claim(store, limit=2200, now=base + timedelta(hours=1))
+    outcomes = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in runs]
+    assert len(await store.occurrence_complete("i1", outcomes, now=base)) == 2200
+    waiting = [
+        new_occurrence(f"busy:{n}", job="busy", due_at=base + timedelta(hours=2, seconds=n))
+        for n in range(2000, 4000)
+    ]
+    assert await store.occurrence_insert_many(waiting) == 2000
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("ANALYZE {}.occurrences").format(sql.Identifier(store.schema)))
+    query = JobQuery(prefix="busy", limit=1)
+    (view,) = (await store.job_page(query)).jobs
+    last = next(o for o in runs if o.dedupe_key == "busy:1999")
+    assert view.last is not None and view.last.id == last.id
+    key, params = pages.page_params(query)
+    statement = pages.page_sql(store.schema, *key)
+    read = await asyncio.to_thread(_rows_read, postgres_dsn, statement, params, "occurrences")
+    assert read <= 5
 
 
 async def test_the_overlap_probe_goes_straight_to_its_group(

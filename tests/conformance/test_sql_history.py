@@ -207,9 +207,13 @@ async def test_postgres_migration_indexes_the_finished_rows_of_an_existing_schem
                 )
             )
         # The candidates in finish-time order straight from the index, each job's newer
-        # rows probed through the other one.
+        # rows probed through an index of the job's finished rows (on 4 rows the planner
+        # may take migration 10's, by plan time: its first entry is the newest run).
         assert "Index Scan using occurrences_finished on occurrences o" in plan
-        assert "occurrences_job_finished on occurrences n" in plan
+        assert any(
+            f"{index} on occurrences n" in plan
+            for index in ("occurrences_job_finished", "occurrences_job_last")
+        ), plan
         assert await store.history_prune(T0, None, 1) == 1
         assert await store.occurrence_get("a1") is None
         assert await store.occurrence_attempts("a1") == []

@@ -18,15 +18,27 @@ import pytest
 
 from soloist.clock import to_epoch_us
 from soloist.errors import ConfigError, StoreError, StoreUnavailableError
-from soloist.models import Claimed, Outcome, PlanAdvance, PlanCursor, State, stream_slot
+from soloist.models import (
+    Claimed,
+    JobRecord,
+    Outcome,
+    PlanAdvance,
+    PlanCursor,
+    State,
+    stream_slot,
+)
 from soloist.stores import open_store
 from soloist.stores.core import checked
+from soloist.stores.pages import JobPage, JobQuery
 from soloist.stores.sqlite import SQLiteStore, sqlite_path
+from soloist.stores.sqlite import pages as sqlite_pages
 from soloist.stores.sqlite.migrations import MIGRATIONS, apply_migration
 from soloist.stores.sqlite.planning import PLAN_DUE
 from soloist.testing import FakeClock
 from soloist.testing.conformance import T0, TTL, at, claim, new_occurrence
 from soloist.testing.conformance.processes import race_claimers
+
+EVERY = {"kind": "every", "seconds": 300}
 
 
 def _url(path: Path) -> str:
@@ -279,6 +291,67 @@ async def test_plan_due_walks_the_partial_index(tmp_path: Path, with_slots: bool
             )
             assert not [step for step in plan if "TEMP B-TREE" in step], plan
     conn.close()
+
+
+async def _backlog_store(path: Path, waiting: int) -> str:
+    """A file with job 'busy': one occurrence succeeded, then ``waiting`` planned after
+    it, none run yet. Returns the succeeded one's id."""
+    store = checked(SQLiteStore(_url(path), clock=FakeClock(T0)))
+    try:
+        await store.migrate()
+        await store.job_upsert([JobRecord(name="busy", task="task", schedule=EVERY)])
+        await store.occurrence_insert(new_occurrence("busy:0", job="busy", due_at=T0))
+        (run,) = await claim(store, limit=1)
+        done = Outcome(run.id, run.fencing_token, State.SUCCEEDED)
+        assert await store.occurrence_complete("i1", [done]) == {run.id}
+        items = [
+            new_occurrence(f"busy:{n}", job="busy", due_at=at(3600 + n))
+            for n in range(1, waiting + 1)
+        ]
+        if items:
+            await store.occurrence_insert_many(items)
+        return run.id
+    finally:
+        await store.close()
+
+
+def _page_steps(path: Path, query: JobQuery) -> tuple[JobPage, int]:
+    """The page of ``query`` read from the file, and how many SQLite VM steps (in
+    thousands) the statement took."""
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    steps = [0]
+
+    def tick() -> int:
+        steps[0] += 1
+        return 0
+
+    conn.set_progress_handler(tick, 1000)
+    try:
+        return sqlite_pages.job_page(conn, query), steps[0]
+    finally:
+        conn.close()
+
+
+async def test_a_page_finds_a_last_outcome_past_a_backlog_in_one_index_entry(
+    tmp_path: Path,
+) -> None:
+    """A job with 3,000 occurrences waiting after its last finished one: its page costs
+    what it costs without them (the probe reads occurrences_job_last, finished rows only,
+    backwards; no walk of the waiting rows, no sort)."""
+    query = JobQuery(prefix="busy", limit=1)
+    quiet, busy = tmp_path / "quiet.db", tmp_path / "busy.db"
+    await _backlog_store(quiet, 0)
+    last = await _backlog_store(busy, 3000)
+    page, steps = _page_steps(busy, query)
+    assert page.jobs[0].last is not None and page.jobs[0].last.id == last
+    _, baseline = _page_steps(quiet, query)
+    assert steps <= baseline + 2, (steps, baseline)
+    with sqlite3.connect(busy) as conn:
+        sql = sqlite_pages._page_sql(True, True, False, "")
+        params = {"start": "busy", "end": "busz", "read": 2, "scan": 1, "take": 2}
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    assert "SEARCH occurrences USING INDEX occurrences_job_last (job=?)" in plan, plan
 
 
 async def test_reads_of_the_index_and_partitions_take_no_write_lock(tmp_path: Path) -> None:

@@ -4,9 +4,10 @@
 One statement per page. The jobs of the range are read in name order through
 ``jobs_by_name`` (migration 9: the names in ``COLLATE "C"``, byte order, so that a prefix
 is one range of the index, with ``paused`` included so that the walk reads no table row),
-at most ``scan + 1`` of them; a ``LATERAL`` probe of ``occurrences_job_history`` finds each
-examined job's newest finished occurrence (the walk stops at the first row with a finish
-time: only the few rows planned, running or waiting after it come before), and the page
+at most ``scan + 1`` of them; a ``LATERAL`` probe of ``occurrences_job_last`` (migration
+10: the finished rows only, in history order) finds each examined job's newest finished
+occurrence in one index entry, however many rows of the job are planned, running or
+waiting after it (a walk of ``occurrences_job_history`` read each of them), and the page
 is the first ``limit + 1`` matches. The same statement counts the jobs examined and names
 the last one, which :func:`~soloist.stores.pages.page_of` needs for the next cursor.
 

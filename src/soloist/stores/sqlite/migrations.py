@@ -189,6 +189,14 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
         "CREATE INDEX IF NOT EXISTS occurrences_job_finished ON occurrences (job, finished_at) "
         "WHERE finished_at IS NOT NULL",
     ),
+    (
+        # 8: a job's last outcome (soloist.stores.sqlite.pages): its finished rows in
+        # history order (read backwards: plan time, creation, rowid, all descending), so
+        # that the probe reads one entry however many rows wait after the last finished
+        # one; through occurrences_history it read and sorted every row of the job.
+        "CREATE INDEX IF NOT EXISTS occurrences_job_last ON occurrences "
+        "(job, plan_time, created_at) WHERE finished_at IS NOT NULL",
+    ),
 )
 
 _VERSION_TABLE = """

@@ -4,9 +4,10 @@ thread's connection.
 
 One statement per page: the jobs of the range in name order (the primary key; SQLite's
 ``BINARY`` collation is the names' byte order), at most ``scan + 1``, each examined job's
-newest finished occurrence by a probe of ``occurrences_history`` (job, plan time), and the
-first ``limit + 1`` matches; the same statement counts the jobs examined and names the
-last one, for the next cursor."""
+newest finished occurrence by a probe of ``occurrences_job_last`` (migration 8: the
+finished rows only, by job, plan time and creation, read backwards: one entry, however
+many rows of the job wait after it), and the first ``limit + 1`` matches; the same
+statement counts the jobs examined and names the last one, for the next cursor."""
 
 # S608 flags SQL built with f-strings: only module constants are joined here; values are
 # ? parameters.
