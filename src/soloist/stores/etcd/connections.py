@@ -70,9 +70,13 @@ class Connections:
         self.timeout = deadlines.call if deadlines.call is not None else 60.0
         self._loops: dict[int, _Channel] = {}
         self._endpoint = 0
+        #: Set by :meth:`close_all`: the store was closed, and opens no channel again.
+        self.closed = False
 
     # -- channel ---------------------------------------------------------------------------
     async def _channel(self) -> _Channel:
+        if self.closed:
+            raise StoreError(f"etcd store {self.target.display} is closed")
         key = id(asyncio.get_running_loop())
         found = self._loops.get(key)
         if found is not None:
@@ -100,6 +104,8 @@ class Connections:
                 await channel.close()
 
     async def close_all(self) -> None:
+        """Close every channel; the store is closed: later calls raise StoreError."""
+        self.closed = True
         channels, self._loops = list(self._loops.values()), {}
         for channel in channels:
             with contextlib.suppress(Exception):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from soloist.clock import Clock, SystemClock
-from soloist.errors import DuplicateJobError
+from soloist.errors import DuplicateJobError, StoreError
 from soloist.models import (
     CLAIMABLE_STATES,
     RELEASED,
@@ -57,6 +57,28 @@ def _history_order(row: _Row) -> tuple[datetime, datetime, int]:
     return (row.occ.plan_time, row.occ.created_at, row.seq)
 
 
+class _Guard:
+    """The store's one lock, which cannot be taken once the store is closed: a closed store
+    answers no call (as a closed connection pool would not), so that a caller still using
+    it learns so instead of working on data nobody else sees."""
+
+    def __init__(self, url: str) -> None:
+        self._lock = threading.Lock()
+        self._url = url
+        self.closed = False
+
+    def check(self) -> None:
+        if self.closed:
+            raise StoreError(f"memory store {self._url} is closed")
+
+    def __enter__(self) -> None:
+        self.check()
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class MemoryStore:
     """A :class:`soloist.stores.base.Store` in process memory (``memory://``): a driver
     that trusts the checks of :class:`soloist.stores.core.CheckedStore`."""
@@ -73,7 +95,7 @@ class MemoryStore:
         """``lease_ttl`` is accepted like every store's, and unused: nothing here can hang."""
         self.url = url
         self._clock: Clock = clock or SystemClock()
-        self._lock = threading.Lock()
+        self._lock = _Guard(url)
         self._seq = itertools.count(1)
         self._rows: dict[str, _Row] = {}
         self._by_key: dict[str, str] = {}
@@ -93,9 +115,11 @@ class MemoryStore:
         return []
 
     async def close(self) -> None:
-        """Nothing to release; safe to call twice."""
+        """Nothing to release; safe to call twice. Every call after it raises StoreError."""
+        self._lock.closed = True
 
     async def now(self) -> datetime:
+        self._lock.check()
         return self._clock.now()
 
     def _now(self, now: datetime | None) -> datetime:
@@ -124,6 +148,7 @@ class MemoryStore:
 
     async def work_wait(self, timeout: float) -> bool:
         """Nothing notifies in one process's dicts: wait ``timeout`` on the store's clock."""
+        self._lock.check()
         await self._clock.sleep(timeout)
         return False
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from soloist.errors import ConfigError, PayloadError
+from soloist.errors import ConfigError, PayloadError, StoreError
 from soloist.models import (
     DEFAULT_MAX_CRASHES,
     Kind,
@@ -65,10 +65,18 @@ class OccurrenceConformance:
         finally:
             await store.close()
 
-    async def test_close_twice_is_safe(self, store: Store) -> None:
-        """close() may be called twice."""
+    async def test_a_closed_store_refuses_calls(self, store: Store) -> None:
+        """close() may be called twice; then the store refuses reads and writes with a
+        StoreError saying it is closed (it neither reconnects nor answers)."""
+        (occ,) = await insert(store, new_occurrence("k"))
         await store.close()
         await store.close()
+        with pytest.raises(StoreError, match="closed"):
+            await store.occurrence_get(occ.id)
+        with pytest.raises(StoreError, match="closed"):
+            await store.occurrence_insert(new_occurrence("k2"))
+        with pytest.raises(StoreError, match="closed"):
+            await claim(store, now=T0)
 
     async def test_now_reads_the_store_clock(self, store: Store, clock: FakeClock) -> None:
         """now() is the store's clock, an aware UTC datetime."""
