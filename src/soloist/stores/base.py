@@ -83,7 +83,8 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None:
-        """Release connections. Safe to call twice."""
+        """Release connections. Safe to call twice. Afterwards the store refuses calls:
+        each raises StoreError saying it is closed (it does not reconnect)."""
         ...
 
     async def now(self) -> datetime:
