@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+import ci
 from chaos.servers import EtcdProcess, Unavailable
 from soloist.testing.isolated import IsolatedStores
 
@@ -148,9 +149,7 @@ def postgres_dsn() -> Iterator[str]:
         f"one at {' or '.join(LOCAL_DSNS)} with trust auth, or install initdb/pg_ctl "
         f"({started})"
     )
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    ci.missing(reason)
 
 
 @pytest.fixture
@@ -246,10 +245,7 @@ def session_server(
         finally:
             stop()
         return
-    reason = f"{missing} ({started})"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    ci.missing(f"{missing} ({started})")
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+import ci
+
 from .harness import EVERY_SCENARIO, REPORT, ChaosCluster
 from .servers import EtcdProcess, PostgresServer, RedisServer, Unavailable, free_port
 
@@ -38,10 +40,8 @@ LIBFAKETIME_CANDIDATES = (
 
 
 def missing(reason: str) -> None:
-    """Skip, or fail with ``CI=true``: a skip in CI is a defect."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    """Skip, or fail in CI (:func:`ci.missing`): a skip in CI is a defect."""
+    ci.missing(reason)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
