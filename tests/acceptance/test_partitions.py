@@ -9,7 +9,7 @@ store (``partition_list``), each instance's ``/status`` over HTTP, and the histo
   the bounded assignment of :func:`soloist.runtime.partitions.assign`, quickly, and every
   (scope, second) still succeeds exactly once;
 * the partitions of a holder killed with kill -9 get new holders, with higher epochs,
-  within the lease TTL + 1 s, and no instant is lost or doubled;
+  within the lease TTL + 2 s, and no instant is lost or doubled;
 * so do those of a holder frozen with SIGSTOP past its leases; woken, it takes a share
   back under newer epochs, and nothing it did meanwhile plans or runs anything twice;
 * two instances that disagree on the partition count both refuse to plan and say why,
@@ -50,6 +50,10 @@ COUNT = 64
 TTL = DEFAULT_LEASE_TTL.total_seconds()
 #: The lease TTL of the SIGSTOP test, so that a freeze past it lasts seconds, not ten.
 FROZEN_TTL = 4.0
+#: How soon a SIGTERM'd instance's partitions have new holders: it releases them at once
+#: and the others take them at their next poll (0.5 s); the rest is room for a loaded
+#: machine (partitions left to expire would take the TTL, 10 s).
+AFTER_TERM_S = 3.0
 #: How far back a skipped second's scope is searched for the run that overlapped it.
 OVERLAP_LOOKBACK = timedelta(seconds=30)
 #: Enough for every occurrence a test makes (200 a second).
@@ -214,7 +218,7 @@ def test_joining_and_stopping_rebalance_and_plan_each_instant_once(
 ) -> None:
     """2 instances, then a 3rd joins: within a few seconds every partition has one holder
     and each instance holds what the bounded assignment gives it (at most 22 of 64); a
-    SIGTERM'd instance's partitions move within 2 s; every (scope, second) of the whole
+    SIGTERM'd instance's partitions move within 3 s; every (scope, second) of the whole
     window succeeded exactly once."""
     cluster = server_cluster
     instances = start(cluster, "a", "b")
@@ -243,7 +247,7 @@ def test_joining_and_stopping_rebalance_and_plan_each_instant_once(
     leases = wait_for(lambda: balanced(cluster, {"a", "c"}), 10, "a and c to take b's share")
     moved_in = time.monotonic() - termed_at
     assert_assignment(leases, {"a", "c"})
-    assert moved_in <= 2.0, f"b's partitions moved {moved_in:.1f}s after SIGTERM"
+    assert moved_in <= AFTER_TERM_S, f"b's partitions moved {moved_in:.1f}s after SIGTERM"
     assert leaving.wait(15) == 0
 
     until = whole_second_after(now()) + timedelta(seconds=2)
@@ -257,7 +261,7 @@ def test_kill9_of_a_holder_moves_its_partitions_within_ttl_and_loses_no_instant(
     server_cluster: Cluster,
 ) -> None:
     """3 instances; kill -9 of one: every partition it held has a new holder, with a higher
-    epoch, within the lease TTL + 1 s; each (scope, second) across the kill succeeded
+    epoch, within the lease TTL + 2 s; each (scope, second) across the kill succeeded
     exactly once (late is fine, lost or doubled is not)."""
     cluster = server_cluster
     instances = start(cluster, "a", "b", "c")
@@ -272,7 +276,7 @@ def test_kill9_of_a_holder_moves_its_partitions_within_ttl_and_loses_no_instant(
     assert lost, "b holds no partition"
     victim.send(signal.SIGKILL)
     killed_at = time.monotonic()
-    victim.wait(5)
+    victim.wait(15)
 
     def taken_over() -> dict[int, PartitionLease] | None:
         leases = holders(cluster)
@@ -283,7 +287,7 @@ def test_kill9_of_a_holder_moves_its_partitions_within_ttl_and_loses_no_instant(
 
     after = wait_for(taken_over, TTL + 10, "b's partitions to get new holders")
     took = time.monotonic() - killed_at
-    assert took <= TTL + 1, f"b's partitions got new holders {took:.1f}s after kill -9"
+    assert took <= TTL + 2, f"b's partitions got new holders {took:.1f}s after kill -9"
     lower = {p: (lost[p].epoch, after[p].epoch) for p in lost if after[p].epoch <= lost[p].epoch}
     assert lower == {}, f"epochs did not rise (old, new): {lower}"
     assert {after[p].holder for p in lost} <= {"a", "c"}
@@ -309,7 +313,7 @@ def test_sigstop_of_a_holder_past_its_leases_moves_its_partitions_and_fences_it_
     store_cluster: Cluster,
 ) -> None:
     """3 instances (lease TTL 4 s); SIGSTOP of one until every partition it held has a new
-    holder, with a higher epoch, within the TTL + 1 s, and the runs it held were taken
+    holder, with a higher epoch, within the TTL + 2 s, and the runs it held were taken
     over; then SIGCONT: its late outcomes are fenced out, it takes a share back under newer
     epochs, and each (scope, second) across the freeze and its return was planned exactly
     once and succeeded, or was skipped while an earlier second of its scope really ran."""
@@ -349,7 +353,7 @@ def test_sigstop_of_a_holder_past_its_leases_moves_its_partitions_and_fences_it_
     finally:
         victim.send(signal.SIGCONT)
     print(f"froze b for {time.monotonic() - frozen_at:.1f}s; it held {len(held)} runs frozen")
-    assert took <= FROZEN_TTL + 1, f"b's partitions got new holders {took:.1f}s after SIGSTOP"
+    assert took <= FROZEN_TTL + 2, f"b's partitions got new holders {took:.1f}s after SIGSTOP"
     lower = {p: (lost[p].epoch, after[p].epoch) for p in lost if after[p].epoch <= lost[p].epoch}
     assert lower == {}, f"epochs did not rise (old, new): {lower}"
     assert {after[p].holder for p in lost} <= {"a", "c"}

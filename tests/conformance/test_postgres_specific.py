@@ -1259,16 +1259,18 @@ CAUSES: dict[str, tuple[bool, Cause]] = {
 async def test_work_made_claimable_elsewhere_wakes_a_listener(
     store: PostgresStore, other: PostgresStore, cause: str
 ) -> None:
-    """work_wait returns True within a second of another instance committing due work."""
+    """work_wait returns True soon after another instance commits due work: woken by the
+    notification (a wait that times out returns False, after 30 s here). How soon is the
+    benchmarks' measure (p99 about 2 ms); 5 s leaves room for a loaded machine."""
     needs_running, act = CAUSES[cause]
     held = await _running(other) if needs_running else None
     await store.listen()
     assert await store.work_wait(0.05) is False  # nothing pending before the cause
-    waiter = asyncio.create_task(store.work_wait(10))
+    waiter = asyncio.create_task(store.work_wait(30))
     started = time.monotonic()
     await act(other, held)
     assert await waiter is True
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5
 
 
 async def test_work_wait_times_out_when_nothing_becomes_due(
@@ -1287,14 +1289,15 @@ async def test_work_wait_times_out_when_nothing_becomes_due(
     assert await other.occurrence_complete("w", [done]) == {held.id}
     started = time.monotonic()
     assert await store.work_wait(0.3) is False
-    assert 0.3 <= time.monotonic() - started < 1
+    assert 0.3 <= time.monotonic() - started < 5  # its timeout, not earlier; 5: a loaded box
 
 
 async def test_a_new_listener_reports_possible_missed_work(store: PostgresStore) -> None:
-    """The first wait (no listener yet) returns True at once: earlier wake-ups were missed."""
+    """The first wait (no listener yet) returns True at once: earlier wake-ups were missed
+    (not after its 30 s timeout; 5 s leaves room for a loaded machine)."""
     started = time.monotonic()
-    assert await store.work_wait(5) is True
-    assert time.monotonic() - started < 1
+    assert await store.work_wait(30) is True
+    assert time.monotonic() - started < 5
     assert await store.work_wait(0.05) is False
 
 
