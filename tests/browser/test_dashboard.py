@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from playwright.sync_api import Locator, Page, Request, expect
 
 from soloist import JobContext, Scheduler
 
 from .apps.dashboard_app import ERROR_MARKUP, IMG_NAME, SCRIPT_NAME
+from .apps.many_jobs_app import fill
 from .conftest import TOKEN, PageWatch, Servers
-from .servers import Server
+from .servers import APPS, Server
+
+MANY_APP = str(APPS / "many_jobs_app.py") + ":app"
 
 # Auto-waiting assertions retry until this many ms have passed: the page refreshes every
 # 2.5 s and the jobs run every 1-2 s on a loaded machine.
@@ -300,3 +305,56 @@ def test_csp_blocks_injected_scripts_and_the_token_stays_out_of_urls(
     expect(page.locator("#message")).to_contain_text("accepted, HTTP 202")
     assert page.evaluate("localStorage.length") == 0
     assert urls and not [url for url in urls if TOKEN in url]
+
+
+# -- the job list at many jobs ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, list[str]]]:
+    """A server of apps/many_jobs_app.py on a store of 120 dynamic schedules."""
+    workdir = tmp_path_factory.mktemp("many")
+    store = f"sqlite:///{workdir / 'soloist.db'}"
+    with ThreadPoolExecutor(1) as pool:  # playwright's loop runs in this thread
+        names = pool.submit(fill, store, 120).result()
+    server = Server("dash-many", store, workdir, TOKEN, app=MANY_APP)
+    try:
+        server.wait_healthy()
+        yield server, names
+    finally:
+        server.stop()
+
+
+def job_names(page: Page) -> Locator:
+    return page.locator("#jobs tbody .job-name")
+
+
+def test_the_job_list_pages_and_searches(page: Page, many: tuple[Server, list[str]]) -> None:
+    """120 jobs: the list shows the first 50, Next and Previous move a page at a time (the
+    last one has 20 and no Next), a search narrows it to the names it starts, a filter
+    keeps the paused job; every change starts from the first page again."""
+    server, names = many
+    open_dashboard(page, server.url)
+    expect(job_names(page)).to_have_text(names[:50])
+    expect(page.locator("#jobs-range")).to_have_text("1\N{EN DASH}50 of 120")
+    expect(page.locator("#job-counts")).to_have_text("(120, 0 paused)")
+    expect(page.locator("#jobs-prev")).to_be_disabled()
+    page.get_by_role("button", name="Next", exact=True).click()
+    expect(job_names(page)).to_have_text(names[50:100])
+    expect(page.locator("#jobs-range")).to_have_text("51\N{EN DASH}100 of 120")
+    page.get_by_role("button", name="Next", exact=True).click()
+    expect(job_names(page)).to_have_text(names[100:])
+    expect(page.locator("#jobs-next")).to_be_disabled()
+    page.get_by_role("button", name="Previous", exact=True).click()
+    expect(job_names(page)).to_have_text(names[50:100])
+    page.get_by_label("Search jobs").fill("tenant-11")
+    expect(job_names(page)).to_have_text(names[110:120])
+    expect(page.locator("#jobs-range")).to_have_text("page 1")
+    expect(page.locator("#jobs-next")).to_be_disabled()
+    page.get_by_label("Search jobs").fill("nobody")
+    expect(page.locator("#jobs tbody")).to_contain_text("no jobs match on this page")
+    page.get_by_label("Search jobs").fill("")
+    assert server.post("api/jobs/tenant-077/pause", TOKEN)[0] == 200
+    page.get_by_label("Paused", exact=True).select_option("true")
+    expect(job_names(page)).to_have_text(["tenant-077"])
+    expect(page.locator("#job-counts")).to_have_text("(120, 1 paused)")
+    page.get_by_label("Paused", exact=True).select_option("")
+    expect(job_names(page)).to_have_text(names[:50])
