@@ -4,11 +4,11 @@ reloaded after a flush, the server's clock, pub/sub wake-ups and errors at the b
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 import redis
 
+from ci import missing
 from soloist.context import JobContext
 from soloist.errors import ConfigError, StoreDataLostError, StoreError, StoreUnavailableError
 from soloist.models import (
     SLOTS,
     Claimed,
+    JobRecord,
     Kind,
     Occurrence,
     Outcome,
@@ -37,6 +39,7 @@ from soloist.scheduler import Scheduler
 from soloist.stores import open_store
 from soloist.stores.base import Store
 from soloist.stores.memory import MemoryStore
+from soloist.stores.pages import JobQuery
 from soloist.stores.redis import SCHEMA_VERSION, RedisStore, parse_url
 from soloist.testing.clock import FakeClock
 from soloist.testing.conformance import T0, at, claim, new_occurrence
@@ -214,6 +217,7 @@ async def test_history_is_trimmed_to_its_count(
         assert len(_keys(raw, store, "o:*")) == 6
         assert len(_keys(raw, store, "a:*")) == 5
         assert raw.hlen(f"{{{store.prefix}}}:dedupe") == 6
+        assert raw.zcard(f"{{{store.prefix}}}:fin:job") == 5  # the job's finished index too
         counts = await store.occurrence_counts(now=T0)
         assert counts.by_job_state == {("job", State.SUCCEEDED): 5, ("job", State.SCHEDULED): 1}
         # A trimmed key is free again; a kept one still deduplicates.
@@ -456,6 +460,90 @@ async def test_migrate_puts_the_cursors_of_an_older_store_in_the_index(
     assert raw.zcard(f"{base}:plan") == 2398
     await store.migrate()  # nothing left to upgrade
     assert raw.zcard(f"{base}:plan") == 2398
+
+
+# -- pages of jobs ------------------------------------------------------------------------------
+def _hmgets_of_rows(server: str, prefix: str, seen: list[str], ready: threading.Event) -> None:
+    """Record (MONITOR) the HMGETs of occurrence rows under ``prefix`` until the marker
+    command GET <prefix>:stop-watching."""
+    rows, marker = f"{{{prefix}}}:o:", f"{prefix}:stop-watching"
+    client = redis.Redis.from_url(server)
+    with client.monitor() as monitor:
+        ready.set()
+        for command in monitor.listen():
+            text = command["command"]
+            if text.startswith("HMGET") and rows in text:
+                seen.append(text)
+            if marker in text:
+                return
+
+
+async def test_a_page_reads_one_row_for_a_last_outcome_past_a_backlog(
+    store: RedisStore, redis_server: str
+) -> None:
+    """A job with 2,000 occurrences waiting after its last finished one (a queue behind a
+    slow handler): its page's script reads one occurrence row for its last outcome (the
+    newest of ':fin:<job>'), not every waiting one (it walked ':job:<job>', a read each)."""
+    await store.job_upsert(
+        [JobRecord(name="busy", task="task", schedule={"kind": "every", "seconds": 60})]
+    )
+    await store.occurrence_insert(new_occurrence("busy:0", job="busy", due_at=LONG_AGO))
+    (run,) = await claim(store, limit=1)
+    assert await store.occurrence_complete("i1", [Outcome(run.id, 1, State.SUCCEEDED)]) == {run.id}
+    waiting = [
+        new_occurrence(f"busy:{n}", job="busy", due_at=LONG_AGO + timedelta(days=36500 + n))
+        for n in range(1, 2001)
+    ]
+    assert await store.occurrence_insert_many(waiting) == 2000
+    seen: list[str] = []
+    ready = threading.Event()
+    watcher = threading.Thread(
+        target=_hmgets_of_rows, args=(redis_server, store.prefix, seen, ready), daemon=True
+    )
+    watcher.start()
+    assert ready.wait(10)
+    await asyncio.sleep(0.1)  # MONITOR is on once the server answered it
+    page = await store.job_page(JobQuery(prefix="busy", limit=1))
+    redis.Redis.from_url(redis_server).get(f"{store.prefix}:stop-watching")
+    watcher.join(30)
+    assert not watcher.is_alive()
+    assert page.jobs[0].last is not None and page.jobs[0].last.id == run.id
+    assert len(seen) == 1, seen[:5]
+
+
+async def test_migrate_enters_the_finished_occurrences_of_an_older_store_in_their_jobs_index(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    """A store of key layout 2 (no ':fin:<job>'): migrate enters every finished occurrence
+    in its job's index, in batches (1,200: more than one), so that the pages show the same
+    last outcomes as before; the waiting ones stay out of it."""
+    base = store.target.base
+    items = [new_occurrence(f"k{n}", job=f"j{n % 3}", due_at=at(n)) for n in range(1200)]
+    assert await store.occurrence_insert_many(items) == 1200
+    runs = await claim(store, limit=1200, now=at(2000))
+    outcomes = [
+        Outcome(o.id, 1, State.SUCCEEDED if n % 2 else State.DEAD) for n, o in enumerate(runs)
+    ]
+    assert len(await store.occurrence_complete("i1", outcomes, now=at(2000))) == 1200
+    await store.occurrence_insert(new_occurrence("later", job="j0", due_at=at(5000)))
+    await store.job_upsert(
+        [
+            JobRecord(name=f"j{n}", task="task", schedule={"kind": "every", "seconds": 60})
+            for n in range(3)
+        ]
+    )
+    before = await store.job_page(JobQuery())
+    assert [v.last.id if v.last else None for v in before.jobs] == [
+        next(o.id for o in reversed(runs) if o.job == f"j{n}") for n in range(3)
+    ]
+    raw.delete(*(f"{base}:fin:j{n}" for n in range(3)))
+    raw.set(f"{base}:schema", 2)
+    assert [v.last for v in (await store.job_page(JobQuery())).jobs] == [None] * 3
+    assert await store.migrate() == [3]
+    assert raw.get(f"{base}:schema") == str(SCHEMA_VERSION)
+    assert [raw.zcard(f"{base}:fin:j{n}") for n in range(3)] == [400, 400, 400]
+    assert await store.job_page(JobQuery()) == before
+    assert await store.migrate() == []
 
 
 # -- waking and racing ---------------------------------------------------------------------------
@@ -711,9 +799,7 @@ def private_redis(tmp_path: Path) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         reason = "REDIS SERVER TESTS NOT RUN: these start their own redis-server; none in PATH"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        missing(reason)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -744,9 +830,7 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     binary, openssl = shutil.which("redis-server"), shutil.which("openssl")
     if binary is None or openssl is None:
         reason = "REDIS TLS TESTS NOT RUN: they need redis-server and openssl in PATH"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        missing(reason)
     where = tmp_path_factory.mktemp("tls")
     cert, key = where / "cert.pem", where / "key.pem"
     request = [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]

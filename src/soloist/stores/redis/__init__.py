@@ -19,9 +19,11 @@ seeing each other):
   candidate's due time).
 * ``:all``, ``:job:<job>`` and ``:st:<state>``: every occurrence by (plan time, insertion),
   whole, per job, per state, for ``occurrence_list`` (newest first; job *and* state walk
-  the smaller of the two and filter). ``:counts`` the occurrences per (job, state), kept by
-  the scripts, so ``occurrence_counts`` reads a hash and counts the due sets (asked for
-  some jobs only, it reads their fields and the sizes of the ``:st:`` sets instead).
+  the smaller of the two and filter); ``:fin:<job>`` a job's finished occurrences, the same
+  way, whose newest is its last outcome (``lua/pages.lua``). ``:counts`` the occurrences
+  per (job, state), kept by the scripts, so ``occurrence_counts`` reads a hash and counts
+  the due sets (asked for some jobs only, it reads their fields and the sizes of the
+  ``:st:`` sets instead).
 * ``:done`` the finished (``succeeded``/``dead``/``skipped``) occurrences by finish time:
   the history. Every script that finishes occurrences trims it to the URL's bounds
   (``history_max`` count, default 100000; ``history_age``, default 30 days), deleting the

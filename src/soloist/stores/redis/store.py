@@ -44,7 +44,7 @@ from soloist.stores.pages import (
 )
 from soloist.stores.redis import codec
 from soloist.stores.redis.connections import Connections
-from soloist.stores.redis.upgrade import upgrade_cursors
+from soloist.stores.redis.upgrade import index_finished, upgrade_cursors
 from soloist.stores.redis.url import parse_url
 from soloist.stores.urls import Retention
 
@@ -52,8 +52,9 @@ __all__ = ["SCHEMA_VERSION", "RedisStore"]
 
 #: The layout of keys this code reads and writes; ``migrate`` refuses a newer one and
 #: upgrades an older one. 2: the planning index (``:plan``), cursors ``last|count|next|slot``
-#: and partition leases.
-SCHEMA_VERSION = 2
+#: and partition leases. 3: each job's finished occurrences (``:fin:<job>``), for its last
+#: outcome.
+SCHEMA_VERSION = 3
 _US = timedelta(microseconds=1)
 #: Seconds a wait may spend (re)subscribing, however short its timeout: a healthy server
 #: confirms at once, a busy machine may take a moment.
@@ -125,9 +126,9 @@ class RedisStore:
     async def migrate(self) -> list[int]:
         """Redis has no schema; this checks the server and the key layout version (stored
         at ``{prefix}:schema``, refused if newer than this code's, upgraded if older: see
-        :func:`~soloist.stores.redis.upgrade.upgrade_cursors`), writes the store's
-        identity unless it exists (see :meth:`_identify`) and loads the scripts. Applied:
-        the layout versions up to this code's, from none for a new prefix."""
+        :mod:`soloist.stores.redis.upgrade`), writes the store's identity unless it exists
+        (see :meth:`_identify`) and loads the scripts. Applied: the layout versions up to
+        this code's, from none for a new prefix."""
         with self._conns.translated():
             client = self._client()
             info = await client.info("server")
@@ -147,14 +148,21 @@ class RedisStore:
                 )
             await self._identify(client)
             await self._conns.load_scripts()
-            if 0 < stored < SCHEMA_VERSION:
+            if 0 < stored < 2:
                 await upgrade_cursors(client, self.target.base, self._upgrade)
+            if 0 < stored < 3:
+                await index_finished(self._index_finished)
+            if 0 < stored < SCHEMA_VERSION:
                 await client.set(key, SCHEMA_VERSION)
             return list(range(stored + 1, SCHEMA_VERSION + 1))
 
     async def _upgrade(self, args: list[object]) -> int:
         """plan.lua's 'upgrade' of one batch of cursors (see :func:`upgrade_cursors`)."""
         return int(await self._run("plan", self._at(None), ["upgrade", *args]))
+
+    async def _index_finished(self, first: int, count: int) -> int:
+        """pages.lua's 'index' of one batch of the history (see :func:`index_finished`)."""
+        return int(await self._run("pages", self._at(None), ["index", first, count]))
 
     async def schema_check(self) -> None:
         """The capability ``checks_schema``: reads ``{prefix}:schema``

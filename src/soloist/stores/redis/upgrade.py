@@ -7,6 +7,15 @@ plans from where it stopped. The cursor keys are read with ``SCAN`` in batches (
 ``KEYS``), and each batch is rewritten by one script call that skips cursors already in
 the new format, so two instances upgrading at once, or an upgrade cut short and run again,
 do each cursor once.
+
+Key layout 2 to 3 (each job's finished index): a job's last outcome is the newest member
+of ``:fin:<job>``, its finished occurrences, which the scripts keep from layout 3 on; the
+finished occurrences already there (the history, ``:done``) enter it here, :data:`BATCH`
+per script call, from the newest end of the history. Entering one twice does nothing, so
+an upgrade run twice, or at once by two instances, is harmless; the history's trim
+deletes from its oldest end, so it moves no rank still to be read. (An upgrade rather than
+a fallback walk of ``:job:<job>`` in the page's script: such a walk would be either
+unbounded, as before, or wrong for a job whose last finished run lies deeper than it.)
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from typing import Any
 
 from soloist.models import stream_slot
 
-__all__ = ["BATCH", "upgrade_cursors"]
+__all__ = ["BATCH", "index_finished", "upgrade_cursors"]
 
 #: Cursor keys asked for per SCAN step, and script arguments sent per call, about.
 BATCH = 500
@@ -64,3 +73,15 @@ async def _upgrade(
     if args:
         upgraded += await run(args)
     return upgraded
+
+
+async def index_finished(run: Callable[[int, int], Awaitable[int]]) -> int:
+    """Enter every finished occurrence of the history in its job's finished index: ``run``
+    (pages.lua's 'index') with the first rank and the count of each batch, from the newest
+    end, until a batch comes back short. Returns how many were read."""
+    read = 0
+    while True:
+        got = await run(read, BATCH)
+        read += got
+        if got < BATCH:
+            return read

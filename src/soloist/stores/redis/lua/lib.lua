@@ -106,16 +106,27 @@ local function setopt(k, field, v)
   if v == nil then redis.call('HDEL', k, field) else redis.call('HSET', k, field, v) end
 end
 
--- A state change of one occurrence: its state index and the (job, state) counters.
+-- The finished states, and a job's finished occurrences: the sorted set ':fin:' .. job
+-- (score 0, members sort keys, so by plan time then insertion, as ':job:'), whose newest
+-- member is the job's last outcome (pages.lua) whatever waits after it.
+local FINISHED = {succeeded = true, dead = true, skipped = true}
+local function fin_key(job)
+  return B .. ':fin:' .. job
+end
+
+-- A state change of one occurrence: its state index, the (job, state) counters and the
+-- job's finished index (to nil: the occurrence is deleted).
 local function move(ord, job, from, to)
   if from then
     redis.call('ZREM', B .. ':st:' .. from, ord)
     local f = job .. '\0' .. from
     if redis.call('HINCRBY', B .. ':counts', f, -1) <= 0 then redis.call('HDEL', B .. ':counts', f) end
+    if FINISHED[from] and not FINISHED[to] then redis.call('ZREM', fin_key(job), ord) end
   end
   if to then
     redis.call('ZADD', B .. ':st:' .. to, 0, ord)
     redis.call('HINCRBY', B .. ':counts', job .. '\0' .. to, 1)
+    if FINISHED[to] then redis.call('ZADD', fin_key(job), 0, ord) end
   end
 end
 
