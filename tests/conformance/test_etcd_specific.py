@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +34,8 @@ from soloist.models import (
 )
 from soloist.stores import open_store
 from soloist.stores.etcd import EtcdStore, parse_url
+from soloist.stores.etcd.ops import delete, put
+from soloist.stores.pages import JobQuery
 from soloist.testing.clock import FakeClock
 
 T0 = FakeClock().now()
@@ -152,6 +155,7 @@ async def test_history_is_trimmed_to_history_max_with_its_keys(etcd_url: str) ->
         assert await store.occurrence_attempts(gone.id) == []
         # Its dedupe key went with it: the key can be inserted again.
         assert (await store.occurrence_insert(occurrence(gone.dedupe_key)))[1] is True
+        assert len(await store._range(*store._prefix("f"))) == 5  # the job's finished keys
     finally:
         await store.close()
 
@@ -175,6 +179,101 @@ async def test_concurrent_prunes_keep_exactly_keep_rows(etcd_url: str) -> None:
     finally:
         for store in stores:
             await store.close()
+
+
+# -- pages of jobs ------------------------------------------------------------------------------
+EVERY = {"kind": "every", "seconds": 300}
+
+
+async def _steady(store: EtcdStore, jobs: int) -> dict[str, str]:
+    """``jobs`` jobs as after a run: each one's occurrence succeeded, its next one waits.
+    Returns each job's succeeded occurrence id."""
+    names = [f"j{n:04}" for n in range(jobs)]
+    await store.job_upsert([JobRecord(name=n, task="t", schedule=EVERY) for n in names])
+    ran = [replace(occurrence(f"{n}:0"), job=n) for n in names]
+    await store.occurrence_insert_many(ran)
+    claimed = await store.occurrence_claim("i1", ["t"], jobs, TTL, now=T0)
+    done = [Outcome(o.id, o.fencing_token, State.SUCCEEDED) for o in claimed]
+    assert len(await store.occurrence_complete("i1", done, now=T0)) == jobs
+    await store.occurrence_insert_many(
+        [replace(occurrence(f"{n}:1", seconds=60), job=n) for n in names]
+    )
+    return {o.job: o.id for o in claimed}
+
+
+async def _page_reads(store: EtcdStore) -> tuple[int, int]:
+    """The requests one page of 10 jobs sends, and the keys they read."""
+    conns = store._conns
+    requests, keys = [0], [0]
+    original_range, original_txn = conns.range, conns.txn
+
+    async def range_(*args: object, **kwargs: object) -> object:
+        reply = await original_range(*args, **kwargs)
+        requests[0] += 1
+        keys[0] += len(reply.kvs)
+        return reply
+
+    async def txn(*args: object, **kwargs: object) -> object:
+        reply = await original_txn(*args, **kwargs)
+        requests[0] += 1
+        keys[0] += sum(len(r.response_range.kvs) for r in reply.responses)
+        return reply
+
+    conns.range, conns.txn = range_, txn  # type: ignore[method-assign]
+    try:
+        page = await store.job_page(JobQuery(limit=10))
+    finally:
+        conns.range, conns.txn = original_range, original_txn  # type: ignore[method-assign]
+    assert len(page.jobs) == 10 and all(view.last is not None for view in page.jobs)
+    return requests[0], keys[0]
+
+
+async def test_a_page_reads_what_it_shows_whatever_the_store_holds(
+    make_etcd_url: Callable[[], str],
+) -> None:
+    """A page of 10 jobs with their last outcomes sends the same requests and reads the
+    same keys at 20 jobs and at 400 (each job's last key of f/, not a walk of every
+    occurrence in l/)."""
+    small = EtcdStore(make_etcd_url(), clock=FakeClock())
+    large = EtcdStore(make_etcd_url(), clock=FakeClock())
+    try:
+        for store in (small, large):
+            await store.migrate()
+        await _steady(small, 20)
+        await _steady(large, 400)
+        few, many = await _page_reads(small), await _page_reads(large)
+        assert many == few and many[1] <= 31, (few, many)
+    finally:
+        for store in (small, large):
+            await store.close()
+
+
+async def test_migrate_enters_the_finished_occurrences_of_an_older_store(etcd_url: str) -> None:
+    """A store of key layout 1 (no f/ keys, no job in h/ values): migrate gives each
+    finished occurrence its f/ key (more than a page of them), so that the pages show the
+    same last outcomes as before, and the history's trim deletes those keys after it."""
+    store = EtcdStore(etcd_url, clock=FakeClock())
+    try:
+        await store.migrate()
+        ran = await _steady(store, 600)
+        before = await store.job_page(JobQuery(limit=500))
+        assert [v.last.id for v in before.jobs if v.last] == [
+            ran[v.record.name] for v in before.jobs
+        ]
+        raw = store._conns
+        await raw.txn([], [delete(*store._prefix("f"))])
+        for kv in await store._range(*store._prefix("h")):
+            dedupe, list_key, _ = json.loads(kv.value)
+            await raw.txn([], [put(bytes(kv.key), json.dumps([dedupe, list_key]).encode())])
+        await raw.txn([], [put(store._base + b"schema", b"1")])
+        assert await store.migrate() == [2]
+        assert len(await store._range(*store._prefix("f"))) == 600
+        assert await store.job_page(JobQuery(limit=500)) == before
+        assert await store.migrate() == []
+        assert await store.history_prune(None, 100, 1000) == 500
+        assert len(await store._range(*store._prefix("f"))) == 100
+    finally:
+        await store.close()
 
 
 # -- wake-ups -----------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ cluster without seeing each other). Times in keys are 20 digits, so keys sort by
   ``occurrence_list`` (newest first) and ``occurrence_counts``; ``h/<finished>\\0<id>`` the
   finished ones: the history, trimmed to the URL's ``history_max`` (default 10000) and
   ``history_age`` (default 30 days) in batches, with their attempts, entries and dedupe
-  keys.
+  keys; ``f/<job>\\0<plan><created><id>`` the finished ones by job, whose last key is the
+  job's last outcome (``pages``), written with the outcome and deleted with the history.
 * ``j/<name>`` jobs; ``c/<job>\\0<scope>`` plan cursors and ``n/<next>\\0<job>\\0<scope>``
   the planning index; a plan step applies only while its cursor (and the partition lease
   of its fence) is unchanged.

@@ -60,7 +60,9 @@ from soloist.stores.urls import Retention
 
 __all__ = ["SCHEMA_VERSION", "EtcdStore"]
 
-SCHEMA_VERSION = 1
+#: The key layout; ``migrate`` refuses a newer one and upgrades an older one. 2: each job's
+#: finished occurrences (``f/``, for its last outcome), and the job in each ``h/`` value.
+SCHEMA_VERSION = 2
 #: A payload (or result) larger than this is refused: an occurrence is stored twice while
 #: it waits (its record and its queue entry), and an etcd request holds at most 1.5 MiB.
 MAX_VALUE_BYTES = 512 * 1024
@@ -204,17 +206,27 @@ class EtcdStore:
     # -- life cycle -------------------------------------------------------------------------
     async def migrate(self) -> list[int]:
         """etcd has no schema: this writes the key layout version (``/{prefix}/schema``)
-        unless it exists, refuses a newer one, and measures the member's clock. Applied:
-        the layout versions up to this code's for a new prefix, else none."""
+        unless it exists, refuses a newer one, upgrades an older one (1 to 2:
+        :func:`~soloist.stores.etcd.pages.index_finished`), and measures the member's
+        clock. Applied: the layout versions up to this code's, from none for a new prefix."""
         key = self._base + b"schema"
         version = str(SCHEMA_VERSION).encode()
         unit = Unit(compare=[absent(key)])
         unit.put(key, version)
         [created] = await self._apply([unit])
+        applied = list(range(1, SCHEMA_VERSION + 1)) if created else []
+        found = (await self._gets([key]))[0]
+        stored = int(found.value) if found is not None else 0
+        if found is not None and 0 < stored < SCHEMA_VERSION:
+            await pages.index_finished(self)
+            upgraded = Unit(compare=[value_is(key, found.value)])
+            upgraded.put(key, version)
+            await self._apply([upgraded])
+            applied = list(range(stored + 1, SCHEMA_VERSION + 1))
         await self.schema_check()
         if self._clock is None:
             await self._server.measure()
-        return list(range(1, SCHEMA_VERSION + 1)) if created else []
+        return applied
 
     async def schema_check(self) -> None:
         """The capability ``checks_schema``: reads ``/{prefix}/schema`` (written by
@@ -346,9 +358,15 @@ class EtcdStore:
         assert occ.finished_at is not None
         return self._key("h", codec.sort_key(occ.finished_at), occ.id)
 
+    def _finished_key(self, job: str, list_key: bytes) -> bytes:
+        """``f/<job>\\0<plan><created><id>``: a finished occurrence of ``job`` (whose list
+        key is ``list_key``), so that the job's newest is the last key of its range."""
+        return self._key("f", job, list_key[len(self._prefix("l")[0]) :])
+
     def _write(self, unit: Unit, occ: Occurrence, before: Occurrence | None) -> None:
         """Add to ``unit`` the writes that store ``occ`` (previously ``before``, None for a
-        new one) with its index entries: queue (claimable), running, list, history."""
+        new one) with its index entries: queue (claimable), running, list, history and the
+        job's finished keys."""
         data = codec.occurrence_bytes(occ)
         unit.put(self._occ_key(occ.id), data)
         claimable = occ.state in CLAIMABLE_STATES
@@ -369,8 +387,10 @@ class EtcdStore:
         if before is None or before.state != occ.state:
             unit.put(self._list_key(occ), codec.dumps([occ.job, occ.state.value]))
         if occ.state in _TERMINAL and (before is None or before.state not in _TERMINAL):
-            value = codec.dumps([occ.dedupe_key, self._list_key(occ).decode()])
+            list_key = self._list_key(occ)
+            value = codec.dumps([occ.dedupe_key, list_key.decode(), occ.job])
             unit.put(self._history_key(occ), value)
+            unit.put(self._finished_key(occ.job, list_key), b"")
 
     def _log(self, unit: Unit, occ: Occurrence, now: datetime, outcome: str, code: str | None,
              message: str | None) -> None:  # fmt: skip
@@ -887,13 +907,15 @@ class EtcdStore:
         units = []
         for kv in victims:
             occ_id = bytes(kv.key).rsplit(b"\0", 1)[1].decode()
-            dedupe, list_key = json.loads(kv.value)
+            dedupe, list_key, *job = json.loads(kv.value)  # no job: written by layout 1
             attempts_start, attempts_end = self._prefix("a", occ_id)
             unit = Unit(compare=[mod_is(bytes(kv.key), int(kv.mod_revision))])
             unit.success.append(delete(attempts_start, attempts_end))
             unit.delete(self._occ_key(occ_id))
             unit.delete(self._key("k", dedupe))
             unit.delete(list_key.encode())
+            if job:
+                unit.delete(self._finished_key(job[0], list_key.encode()))
             unit.delete(bytes(kv.key))
             units.append(unit)
         return sum(await self._apply(units))
