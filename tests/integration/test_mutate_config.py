@@ -29,13 +29,6 @@ def _load_runner() -> ModuleType:
 run = _load_runner()
 
 
-def mutmut_settings() -> dict[str, object]:
-    settings: dict[str, object] = run.tomllib.loads(
-        (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    )["tool"]["mutmut"]
-    return settings
-
-
 def module_file(module: str) -> Path:
     return SRC.joinpath(*module.split(".")).with_suffix(".py")
 
@@ -56,22 +49,22 @@ def functions_of(path: Path) -> tuple[set[str], dict[str, set[str]]]:
 def test_mutmut_is_given_files_and_tests_that_exist() -> None:
     """Every path in [tool.mutmut] exists: the sources, the files to mutate (within the
     sources), the tests selected and ignored, the files copied, the ordering plugin."""
-    settings = mutmut_settings()
-    sources = [ROOT / p for p in settings["source_paths"]]  # type: ignore[attr-defined]
+    settings = run.mutmut_settings()
+    sources = [ROOT / p for p in settings["source_paths"]]
     assert sources and all(p.is_dir() for p in sources), sources
     mutated = settings["only_mutate"]
     assert mutated, "only_mutate is empty: mutmut would mutate the whole library"
-    for path in mutated:  # type: ignore[attr-defined]
+    for path in mutated:
         assert (ROOT / path).is_file(), f"only_mutate names {path}, which does not exist"
         assert any((ROOT / path).is_relative_to(s) for s in sources), path
-    for arg in settings["pytest_add_cli_args_test_selection"]:  # type: ignore[attr-defined]
+    for arg in settings["pytest_add_cli_args_test_selection"]:
         path = arg.removeprefix("--ignore=") if arg.startswith("--ignore=") else arg
         assert not path.startswith("-"), f"unexpected option {arg} in the test selection"
         assert (ROOT / path.split("::")[0]).exists(), f"the test selection names {path}"
-    for path in settings["also_copy"]:  # type: ignore[attr-defined]
+    for path in settings["also_copy"]:
         assert (ROOT / path).exists(), f"also_copy names {path}, which does not exist"
     args = settings["pytest_add_cli_args"]
-    plugins = [args[i + 1] for i, a in enumerate(args) if a == "-p"]  # type: ignore[arg-type]
+    plugins = [args[i + 1] for i, a in enumerate(args) if a == "-p"]
     ours = [p for p in plugins if p.startswith("tests.")]
     assert ours == ["tests.mutation.order"], plugins
     assert (ROOT / "tests/mutation/order.py").is_file()
@@ -91,7 +84,7 @@ def test_every_group_targets_functions_of_the_mutated_files() -> None:
         "stores-postgres",
         "stores-redis",
     }
-    mutated = {ROOT / p for p in mutmut_settings()["only_mutate"]}  # type: ignore[attr-defined]
+    mutated = {ROOT / p for p in run.mutmut_settings()["only_mutate"]}
     for group in groups.values():
         assert group.about and group.targets, group.name
         for target in group.targets:

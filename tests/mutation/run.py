@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -132,12 +133,18 @@ def mutmut() -> str:
     return str(Path(sys.executable).parent / "mutmut")
 
 
+def mutmut_settings() -> dict[str, Any]:
+    """The [tool.mutmut] table of pyproject.toml."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    settings: dict[str, Any] = pyproject["tool"]["mutmut"]
+    return settings
+
+
 def fresh_workdir() -> None:
     """Start over when [tool.mutmut] changed since the mutants were made: mutmut makes a
     file's mutants again only when the file changes, not when the options that shape them
     do (only_mutate, do_not_mutate_patterns)."""
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    table = json.dumps(pyproject["tool"]["mutmut"], sort_keys=True)
+    table = json.dumps(mutmut_settings(), sort_keys=True)
     digest = hashlib.sha256(table.encode()).hexdigest()
     if MUTANTS.exists() and (not CONFIG_STAMP.exists() or CONFIG_STAMP.read_text() != digest):
         print("[tool.mutmut] changed since mutants/ was made: starting over", flush=True)
@@ -164,7 +171,12 @@ def run_group(group: Group, deadline: float) -> bool:
         process.wait()
         raise
     if process.returncode != 0:
-        raise SystemExit(f"mutmut run failed for {group.name} (exit status {process.returncode})")
+        selection = " ".join(mutmut_settings()["pytest_add_cli_args_test_selection"])
+        raise SystemExit(
+            f"mutmut run failed for {group.name} (exit status {process.returncode}). Its first "
+            "runs need every selected test to pass on the unmutated code; to see which one "
+            f"does not: .venv/bin/python -m pytest -x -q {selection}"
+        )
     return True
 
 

@@ -1,0 +1,267 @@
+"""The schedule maths where ``make mutate MUTATE=schedules`` found no test: each error names
+the option and the value at fault, instants stay in UTC whatever the machine's zone, the
+stand-in for a wall time that daylight saving skipped, durations as text, and the
+options a one-shot schedule and a serialised schedule carry."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from soloist._timemath import format_duration, offset_change, parse_rfc3339
+from soloist.errors import ScheduleError
+from soloist.schedules import (
+    IntervalSchedule,
+    OneShotSchedule,
+    Schedule,
+    at,
+    cron,
+    every,
+    schedule_from_dict,
+)
+
+UTC = timezone.utc
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+#: Europe/Paris springs forward on 2026-03-29: 02:00 local (01:00 UTC) becomes 03:00.
+PARIS_GAP_END = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda: cron("* * * * *", start="bogus"), "invalid start 'bogus': expected an aware"),
+        (lambda: cron("* * * * *", end="bogus"), "invalid end 'bogus': expected an aware"),
+        (lambda: every("1m", start="bogus"), "invalid start 'bogus': expected an aware"),
+        (lambda: every("1m", end="bogus"), "invalid end 'bogus': expected an aware"),
+        (lambda: every("bogus"), "invalid interval 'bogus': expected a duration"),
+        (lambda: every("1m", jitter="bogus"), "invalid jitter 'bogus': expected a duration"),
+        (lambda: at(T0, jitter="bogus"), "invalid jitter 'bogus': expected a duration"),
+        (lambda: at("-5s", now=T0), "invalid when '-5s': expected an aware datetime"),
+        (lambda: at("9999-12-31T23:59:59-12:00"), "invalid when '9999-12-31T23:59:59-12:00'"),
+        (lambda: OneShotSchedule("bogus"), "invalid when 'bogus': expected an aware"),
+        (lambda: OneShotSchedule(T0, relative="yes"), "invalid relative 'yes': expected a bool"),
+        (lambda: IntervalSchedule(timedelta(0)), "invalid interval datetime.timedelta(0): must"),
+        (
+            lambda: IntervalSchedule(timedelta(minutes=1), jitter="x"),
+            "invalid jitter 'x': expected a positive duration",
+        ),
+        (
+            lambda: IntervalSchedule(timedelta(minutes=1), jitter=timedelta(0)),
+            "invalid jitter datetime.timedelta(0): expected a positive duration",
+        ),
+        (
+            lambda: IntervalSchedule(timedelta(minutes=1), start="x"),
+            "invalid start 'x': expected an aware datetime",
+        ),
+        (
+            lambda: IntervalSchedule(timedelta(minutes=1), end="x"),
+            "invalid end 'x': expected an aware datetime",
+        ),
+        (lambda: schedule_from_dict([1]), "invalid schedule [1]: expected a mapping with a"),
+        (
+            lambda: schedule_from_dict({"type": "x"}),
+            "invalid schedule {'type': 'x'}: 'type' must be 'cron', 'every' or 'at'",
+        ),
+        (
+            lambda: schedule_from_dict({"type": "cron", "bogus": 1}),
+            "invalid cron schedule {'type': 'cron', 'bogus': 1}: missing ['expr'], unknown",
+        ),
+        (
+            lambda: at(T0).with_limits(end=T0, max_runs=3),
+            "invalid end and max_runs (datetime.datetime(2026, 1, 1, 0, 0, tzinfo=datetime."
+            "timezone.utc), 3) for at 2026-01-01T00:00:00+00:00: a one-shot schedule runs once",
+        ),
+    ],
+)
+def test_a_bad_option_is_named_with_its_value(make: Callable[[], Schedule], expected: str) -> None:
+    """The error names the option (start, end, interval, jitter, when, relative...) and
+    the value given, not only that something is wrong."""
+    with pytest.raises(ScheduleError) as raised:
+        make()
+    assert str(raised.value).startswith(expected), str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("@sometimes", "'@sometimes': unknown alias; expected 5 fields"),
+        ("@REBOOT", "'@REBOOT': @reboot has no planned instant; expected 5 fields"),
+        ("* * * *", "'* * * *': 4 fields; expected 5 fields"),
+        ("0 0 31 2 *", "day-of-month field '31' never comes in month field '2' (no such date)"),
+        ("0,61 * * * *", "minute field '0,61': '61' is out of range 0-59"),
+        ("61 0 0 * * *", "second field '61' is out of range 0-59"),
+        ("0 0 1,0 * *", "day-of-month field '1,0': '0' is out of range 1-31"),
+        ("0 0 * * 8L", "day-of-week field '8L': '8' is out of range 0-7"),
+        ("0 0 * * 5L,8", "day-of-week field '5L,8': '8' is out of range 0-7"),
+        ("0 0 * * 5#0", "day-of-week field '5#0': '0' is not an nth day: expected 1 to 5"),
+        ("0 0 * * 5#6", "day-of-week field '5#6': '6' is not an nth day: expected 1 to 5"),
+        ("0 0 * * 8#2", "day-of-week field '8#2': '8' is out of range 0-7"),
+        ("0 0 * * 2#3#4", "day-of-week field '2#3#4': '3#4' is not an nth day"),
+        ("*/0 * * * *", "minute field '*/0': '0' is not a step: expected a whole number >= 1"),
+        ("*/x * * * *", "minute field '*/x': 'X' is not a step"),
+        ("61/5 * * * *", "minute field '61/5': '61' is out of range 0-59"),
+        ("0/5/2 * * * *", "minute field '0/5/2': '5/2' is not a step"),
+        ("0 0 * MAR-JAN *", "month field 'MAR-JAN' is a range that runs backwards"),
+        ("0 0 * 2-JAN *", "month field '2-JAN' is a range that runs backwards"),
+        ("0 0 * FEB-1 *", "month field 'FEB-1' is a range that runs backwards"),
+        ("0 3-2 * * *", "hour field '3-2' is a range that runs backwards"),
+        ("0 0 * * 5-3", "day-of-week field '5-3' is a range that runs backwards"),
+        ("0 0 1-2-3 * *", "day-of-month field '1-2-3': '2-3' is not a number"),
+        ("0 0 * * L", "day-of-week field 'L' has a missing number: expected a number 0-7"),
+        ("0 0 * * SUNL", "day-of-week field 'SUNL': 'SUN' is not a number: expected a number 0-7"),
+        ("0 0 * LW *", "month field 'LW' is not a number: expected a number 1-12 or a name"),
+        ("0 0 * * 1,,2", "day-of-week field '1,,2' has an empty item in its list"),
+        ("0 0 LW,32 * *", "day-of-month field 'LW,32': '32' is out of range 1-31"),
+        ("0 L * * *", "hour field 'L' is not a number: expected a number 0-23"),
+        ("* 0 0 * * 7L", None),
+    ],
+)
+def test_a_bad_cron_field_is_explained(expr: str, expected: str | None) -> None:
+    """A refused expression is named with the field, the piece of it at fault and why
+    (and an expression cronsim accepts is not refused)."""
+    if expected is None:
+        assert cron(expr).next_after(T0) is not None
+        return
+    with pytest.raises(ScheduleError) as raised:
+        cron(expr)
+    assert str(raised.value).startswith(f"invalid cron expression {expr!r}: "), raised.value
+    assert expected in str(raised.value), str(raised.value)
+
+
+@pytest.fixture
+def india_local_time() -> Iterator[None]:
+    """The process's local zone (what ``astimezone()`` with no argument uses) set to
+    Asia/Kolkata, +05:30, for the test."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Kolkata"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def is_utc(moment: datetime | None) -> bool:
+    return moment is not None and moment.utcoffset() == timedelta(0)
+
+
+def test_instants_are_utc_whatever_the_local_zone(india_local_time: None) -> None:
+    """start, end, when and every planned instant are UTC datetimes even where the
+    machine's own zone is not UTC (the local zone is never read)."""
+    paris = "2026-06-01T09:00:00+02:00"
+    for schedule in (
+        cron("0 9 * * *", "Europe/Paris", start=paris, end="2027-01-01"),
+        cron("*/15 * * * *", "Europe/Paris", start=paris),
+        every("90s", start=paris, end="2027-01-01"),
+    ):
+        assert is_utc(schedule.start) and schedule.start == parse_rfc3339(paris)
+        assert schedule.end is None or is_utc(schedule.end)
+        later = schedule.next_after(datetime(2026, 7, 1, 12, tzinfo=timezone(timedelta(hours=5))))
+        assert is_utc(later), (schedule, later)
+    assert is_utc(at(paris).when) and is_utc(OneShotSchedule(paris).when)
+    # A fixed-time expression across the autumn change of a zone that is not the local one.
+    autumn = cron("30 1 * * *", "Europe/Paris").next_after(datetime(2026, 10, 24, tzinfo=UTC))
+    assert autumn == datetime(2026, 10, 24, 23, 30, tzinfo=UTC) and is_utc(autumn)
+
+
+def test_interval_schedules_cross_an_offset_change_in_the_zone_given(
+    india_local_time: None,
+) -> None:
+    """An every-N-minutes cron finds the next instant across a daylight-saving change of
+    its own zone, not of the machine's: at 01:59:59 UTC-offset +01:00 on the spring day,
+    the next quarter hour in Paris is 03:00 local (01:00 UTC)."""
+    quarter = cron("*/15 * * * *", "Europe/Paris")
+    before_gap = PARIS_GAP_END - timedelta(seconds=1)
+    assert quarter.next_after(before_gap) == PARIS_GAP_END
+    assert offset_change(ZoneInfo("Europe/Paris"), T0, PARIS_GAP_END) == PARIS_GAP_END
+    assert offset_change(ZoneInfo("Europe/Paris"), T0, PARIS_GAP_END - timedelta(1)) is None
+
+
+@pytest.mark.parametrize(
+    ("expr", "skipped"),
+    [
+        ("30 2 * * *", datetime(2026, 3, 29, 2, 30)),
+        ("0 2 * * *", datetime(2026, 3, 29, 2, 0)),
+        ("30 1,2 * * *", datetime(2026, 3, 29, 2, 30)),
+        ("30 0,2 * * *", datetime(2026, 3, 29, 2, 30)),
+        ("59 59 1,2 * * *", datetime(2026, 3, 29, 2, 59, 59)),
+        ("0 3 * * *", None),
+        ("0 2,3 * * *", datetime(2026, 3, 29, 2, 0)),
+    ],
+)
+def test_the_wall_time_a_spring_gap_skipped_is_named(expr: str, skipped: datetime | None) -> None:
+    """At the end of Paris's spring gap (03:00 local), a fixed-time expression's instant
+    stands in for the first wall time of it that the gap skipped (02:00 to 02:59:59); an
+    expression that matches 03:00 itself stands in for nothing."""
+    schedule = cron(expr, "Europe/Paris")
+    assert schedule.next_after(PARIS_GAP_END - timedelta(seconds=1)) == PARIS_GAP_END
+    assert schedule.skipped_wall_time(PARIS_GAP_END) == skipped
+
+
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [
+        (timedelta(days=2), "2d"),
+        (timedelta(hours=3), "3h"),
+        (timedelta(hours=25), "25h"),
+        (timedelta(minutes=90), "90m"),
+        (timedelta(seconds=90), "90s"),
+        (timedelta(milliseconds=1500), "1500ms"),
+        (timedelta(milliseconds=2), "2ms"),
+        (timedelta(microseconds=1500), "0.0015s"),
+    ],
+)
+def test_durations_are_written_in_their_largest_whole_unit(delta: timedelta, text: str) -> None:
+    """format_duration, used by describe() and the error messages: the largest unit that
+    divides the duration, down to milliseconds, else seconds with a fraction."""
+    assert format_duration(delta) == text
+
+
+def test_describe_lists_every_option_in_order() -> None:
+    """describe() names the schedule and then each option it has, comma-separated."""
+    schedule = every(
+        "90s", start="2026-01-01", end="2027-01-01", max_runs=3, jitter=timedelta(seconds=5)
+    )
+    assert schedule.describe() == (
+        "every 90s, from 2026-01-01T00:00:00+00:00, until 2027-01-01T00:00:00+00:00, "
+        "at most 3 runs, jitter 5s"
+    )
+    assert every("1h").describe() == "every 1h"
+
+
+def test_a_one_shot_schedule_keeps_its_jitter_and_a_zero_delay() -> None:
+    """at() passes jitter on, for an instant and for a delay, and a delay of zero is now
+    (not refused); a negative delay is refused."""
+    assert at(T0, jitter="5s").jitter == timedelta(seconds=5)
+    assert at("2026-01-01T00:00:00Z", jitter="5s").jitter == timedelta(seconds=5)
+    assert at("10s", now=T0, jitter="2s").jitter == timedelta(seconds=2)
+    assert at(timedelta(0), now=T0).when == T0
+    assert at("0s", now=T0).when == T0 and at("0s", now=T0).relative
+    with pytest.raises(ScheduleError, match="invalid when"):
+        at(timedelta(microseconds=-1), now=T0)
+
+
+def test_a_serialised_cron_without_a_zone_is_utc_and_an_at_is_absolute() -> None:
+    """schedule_from_dict: a cron dict without 'tz' is in UTC as given (the scheduler's
+    default zone does not replace it), and an 'at' dict without 'relative' is absolute."""
+    schedule = schedule_from_dict({"type": "cron", "expr": "0 9 * * *"})
+    assert schedule.in_default_zone("Europe/Paris").to_dict()["tz"] == "UTC"
+    assert schedule.next_after(T0) == datetime(2026, 1, 1, 9, tzinfo=UTC)
+    one_shot = schedule_from_dict({"type": "at", "when": "2026-01-01T00:00:00+00:00"})
+    assert one_shot.relative is False
+
+
+def test_a_cron_given_no_zone_takes_the_default_zone_once() -> None:
+    """cron(expr) with no zone takes the scheduler's default zone; after that it has a
+    zone of its own, so another default does not move it again."""
+    paris = cron("0 9 * * *").in_default_zone("Europe/Paris")
+    assert paris.in_default_zone("Asia/Tokyo").to_dict()["tz"] == "Europe/Paris"
