@@ -151,6 +151,25 @@ def fresh_workdir() -> None:
         shutil.rmtree(MUTANTS)
     MUTANTS.mkdir(exist_ok=True)
     CONFIG_STAMP.write_text(digest)
+    refresh_copies(mutmut_settings())
+
+
+def refresh_copies(settings: dict[str, Any]) -> None:
+    """Bring mutmut's copy up to date where mutmut does not: it copies the tests and the
+    ``also_copy`` paths over the old copy (a deleted test would stay and still run), and
+    the sources' other files (the Redis store's Lua scripts) only once."""
+    for path in ["tests", *settings.get("also_copy", [])]:
+        copy = (MUTANTS / path).resolve()
+        if MUTANTS.resolve() in copy.parents:
+            shutil.rmtree(copy, ignore_errors=True)
+    for source in settings["source_paths"]:
+        for path in sorted((ROOT / source).rglob("*")):
+            if not path.is_file() or path.suffix in (".py", ".pyc"):
+                continue
+            copy = MUTANTS / path.relative_to(ROOT)
+            if not copy.exists() or copy.read_bytes() != path.read_bytes():
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, copy)
 
 
 def run_group(group: Group, deadline: float) -> bool:

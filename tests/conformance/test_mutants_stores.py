@@ -1,0 +1,77 @@
+"""Store behaviour where ``make mutate`` (the stores groups) found no test, on memory,
+SQLite, PostgreSQL and Redis alike: what completing leaves in a row (a finished row keeps
+its due time; a retried one is due again and not finished), and what a skipped row says."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from soloist.clock import Clock
+from soloist.models import ErrorCode, Outcome, Overlap, State
+from soloist.stores.base import Store
+from soloist.stores.memory import MemoryStore
+from soloist.stores.postgres import PostgresStore
+from soloist.stores.redis import RedisStore
+from soloist.stores.sqlite import SQLiteStore
+from soloist.testing.conformance import StoreFactory
+from soloist.testing.conformance.base import T0, ConformanceBase, at, claim, insert, new_occurrence
+
+SKIPPED = "skipped: a previous occurrence of this job and scope was running"
+
+
+class TestCompletionAndSkips(ConformanceBase):
+    @pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
+    def make_store(self, request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+        kind: str = request.param
+        if kind == "memory":
+            shared = MemoryStore("memory://")
+            return lambda clock: shared
+        makers: dict[str, Callable[[Clock], Store]] = {
+            "sqlite": lambda clock: SQLiteStore(f"sqlite:///{tmp_path / 's.db'}", clock=clock),
+        }
+        if kind == "postgres":
+            url = request.getfixturevalue("postgres_url")
+            makers["postgres"] = lambda clock: PostgresStore(url, clock=clock)
+        if kind == "redis":
+            url = request.getfixturevalue("redis_url")
+            makers["redis"] = lambda clock: RedisStore(url, clock=clock)
+        return makers[kind]
+
+    async def test_a_finished_row_keeps_its_due_time_and_a_retried_one_is_not_finished(
+        self, store: Store
+    ) -> None:
+        """Completing as succeeded keeps the row's due time and sets its finish time; a
+        failure with a retry makes it due at the retry time, with no finish time."""
+        await insert(store, new_occurrence("ok", due_at=T0), new_occurrence("again", due_at=T0))
+        claimed = {o.dedupe_key: o for o in await claim(store, now=at(1))}
+        first, second = claimed["ok"], claimed["again"]
+        outcomes = [
+            Outcome(first.id, first.fencing_token, State.SUCCEEDED),
+            Outcome(second.id, second.fencing_token, State.FAILED, "handler_error", "boom",
+                    retry_at=at(60)),
+        ]  # fmt: skip
+        assert await store.occurrence_complete("i1", outcomes, now=at(2)) == {first.id, second.id}
+        done = await store.occurrence_get(first.id)
+        assert done is not None and done.state == State.SUCCEEDED
+        assert (done.due_at, done.finished_at) == (T0, at(2))
+        retried = await store.occurrence_get(second.id)
+        assert retried is not None and retried.state == State.FAILED
+        assert (retried.due_at, retried.finished_at) == (at(60), None)
+
+    async def test_a_skipped_row_says_a_previous_occurrence_was_running(self, store: Store) -> None:
+        """An occurrence skipped under overlap=skip is recorded with the overlap error code
+        and the message that says why."""
+        await insert(store, new_occurrence("first", overlap=Overlap.SKIP))
+        (running,) = await claim(store, now=T0)
+        (second,) = await insert(
+            store, new_occurrence("second", due_at=at(1), overlap=Overlap.SKIP)
+        )
+        assert await claim(store, now=at(2)) == []
+        skipped = await store.occurrence_get(second.id)
+        assert skipped is not None and skipped.state == State.SKIPPED
+        assert (skipped.error_code, skipped.error_message) == (ErrorCode.OVERLAP.value, SKIPPED)
+        assert skipped.finished_at == at(2)
+        assert running.state == State.RUNNING
