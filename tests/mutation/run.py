@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -45,6 +46,8 @@ CLASS_SEPARATOR = "\u01c1"
 #: A mutant survived when no test failed; "no tests" means none even ran it. Both belong in
 #: the list. A timeout counts as caught (the tests noticed, if only by hanging).
 SURVIVING = ("survived", "no tests")
+#: Not tested this time: the budget ran out first, or a stop interrupted its tests.
+UNCHECKED = ("not checked", "check was interrupted by user")
 KINDS = ("equivalent", "test to write")
 ENTRY = re.compile(r"^- `(?P<name>[\w.\u01c1]+__mutmut_\d+)`: (?P<kind>[^:]+): (?P<reason>.+)$")
 HEADING = re.compile(r"^## (?P<group>[\w-]+)\s*$")
@@ -172,22 +175,32 @@ def refresh_copies(settings: dict[str, Any]) -> None:
                 shutil.copy2(path, copy)
 
 
+def forget_results(group: Group) -> None:
+    """Mark the group's mutants not checked, so that a run cut short by the budget reports
+    what it did not check instead of the results of an earlier run (mutmut keeps a result
+    until it tests that mutant again). Its results are in ``mutants/**/*.py.meta``, JSON."""
+    for meta in sorted((MUTANTS / "src").rglob("*.py.meta")):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        results = data["exit_code_by_key"]
+        mine = [name for name in results if group.owns(name)]
+        if mine:
+            results.update(dict.fromkeys(mine))
+            meta.write_text(json.dumps(data, indent=4), encoding="utf-8")
+
+
 def run_group(group: Group, deadline: float) -> bool:
     """Run mutmut over ``group``; False if the budget ran out first."""
-    process = subprocess.Popen([mutmut(), "run", *group.globs()], cwd=ROOT)
+    forget_results(group)
+    # A session of its own, so that a stop reaches mutmut's fork server and workers too.
+    process = subprocess.Popen([mutmut(), "run", *group.globs()], cwd=ROOT, start_new_session=True)
     try:
-        while True:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-                break
-            except subprocess.TimeoutExpired:
-                print(f"\nmake mutate: the time budget is spent; stopping {group.name}", flush=True)
-                process.send_signal(signal.SIGINT)
-                process.wait()
-                return False
+        process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        print(f"\nmake mutate: the time budget is spent; stopping {group.name}", flush=True)
+        stop(process)
+        return False
     except KeyboardInterrupt:
-        process.send_signal(signal.SIGINT)
-        process.wait()
+        stop(process)
         raise
     if process.returncode != 0:
         selection = " ".join(mutmut_settings()["pytest_add_cli_args_test_selection"])
@@ -197,6 +210,17 @@ def run_group(group: Group, deadline: float) -> bool:
             f"does not: .venv/bin/python -m pytest -x -q {selection}"
         )
     return True
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Interrupt mutmut (it keeps what it checked); kill its processes if they do not end
+    within a minute (a fork server still loading the tests does not listen)."""
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def statuses() -> dict[str, str]:
@@ -222,7 +246,7 @@ def report(group: Group, known: dict[str, str], listed: list[Entry], seconds: fl
     surviving = {name for name, status in mine.items() if status in SURVIVING}
     entries = {e.name: e for e in listed if e.group == group.name}
     new = sorted(surviving - entries.keys())
-    gone = sorted(name for name in entries.keys() - surviving if mine.get(name) != "not checked")
+    gone = sorted(name for name in entries.keys() - surviving if mine.get(name) not in UNCHECKED)
     if new:
         print(f"   surviving, not in {SURVIVORS.relative_to(ROOT)} (see `mutmut show NAME`):")
         for name in new:
@@ -230,7 +254,7 @@ def report(group: Group, known: dict[str, str], listed: list[Entry], seconds: fl
     for name in gone:
         status = mine.get(name, "no longer a mutant")
         print(f"   listed, but {status}: {name} (remove it from the list)")
-    unchecked = counts.get("not checked", 0)
+    unchecked = sum(counts.get(status, 0) for status in UNCHECKED)
     if unchecked:
         print(f"   {unchecked} not checked: run the group again")
     return not new and not gone and not unchecked
