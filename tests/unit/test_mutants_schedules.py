@@ -44,6 +44,19 @@ PARIS_GAP_END = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
         (lambda: at("-5s", now=T0), "invalid when '-5s': expected an aware datetime"),
         (lambda: at("9999-12-31T23:59:59-12:00"), "invalid when '9999-12-31T23:59:59-12:00'"),
         (lambda: OneShotSchedule("bogus"), "invalid when 'bogus': expected an aware"),
+        (lambda: OneShotSchedule(None), "invalid when None: expected an aware datetime"),
+        (lambda: every("0s"), "invalid interval '0s': must be positive"),
+        (lambda: cron(5), "invalid cron expression 5: expected 5 fields (minute hour day"),
+        (
+            lambda: cron("* * * * *", start="bogus"),
+            "invalid start 'bogus': expected an aware datetime, an RFC 3339 string such as "
+            "'2026-12-01T09:00:00+01:00', or a date such as '2027-01-01' (midnight UTC)",
+        ),
+        (
+            lambda: every("1m", end="2026-01-01T09:00:00"),
+            "invalid end '2026-01-01T09:00:00': it has no UTC offset; give an aware datetime "
+            "or a string with an offset such as '2026-12-01T09:00:00+01:00'",
+        ),
         (lambda: OneShotSchedule(T0, relative="yes"), "invalid relative 'yes': expected a bool"),
         (lambda: IntervalSchedule(timedelta(0)), "invalid interval datetime.timedelta(0): must"),
         (
@@ -119,6 +132,13 @@ def test_a_bad_option_is_named_with_its_value(make: Callable[[], Schedule], expe
         ("0 0 LW,32 * *", "day-of-month field 'LW,32': '32' is out of range 1-31"),
         ("0 L * * *", "hour field 'L' is not a number: expected a number 0-23"),
         ("* 0 0 * * 7L", None),
+        ("@foo * * * *", "'@foo * * * *': unknown alias; expected 5 fields"),
+        ("0 0 * * 1-SUN", "day-of-week field '1-SUN' is a range that runs backwards"),
+        ("0 0 L,32 * *", "day-of-month field 'L,32': '32' is out of range 1-31"),
+        ("*,61 * * * *", "minute field '*,61': '61' is out of range 0-59"),
+        ("0 0 * * 5#1,8", "day-of-week field '5#1,8': '8' is out of range 0-7"),
+        ("0 0 * * 5#5,8", "day-of-week field '5#5,8': '8' is out of range 0-7"),
+        ("0 0 * * 3-3,8", "day-of-week field '3-3,8': '8' is out of range 0-7"),
     ],
 )
 def test_a_bad_cron_field_is_explained(expr: str, expected: str | None) -> None:
@@ -131,6 +151,36 @@ def test_a_bad_cron_field_is_explained(expr: str, expected: str | None) -> None:
         cron(expr)
     assert str(raised.value).startswith(f"invalid cron expression {expr!r}: "), raised.value
     assert expected in str(raised.value), str(raised.value)
+
+
+def test_a_bad_cron_field_message_is_the_explanation_alone() -> None:
+    """An explained field is the whole message: no generic advice appended."""
+    with pytest.raises(ScheduleError) as raised:
+        cron("0,61 * * * *")
+    assert str(raised.value) == (
+        "invalid cron expression '0,61 * * * *': minute field '0,61': '61' is out of range 0-59"
+    )
+
+
+def test_instants_are_read_with_a_lowercase_z_and_stored_in_utc() -> None:
+    """An RFC 3339 time ending in a lowercase 'z' is UTC (datetime.fromisoformat refuses
+    it); start and end given to a schedule class directly are stored as UTC datetimes."""
+    assert at("2026-01-01T00:00:00z").when == T0
+    assert every("1m", start="2026-01-01T00:00:00z").start == T0
+    plus_two = timezone(timedelta(hours=2))
+    direct = IntervalSchedule(
+        timedelta(minutes=1), start="2026-01-01", end=datetime(2026, 6, 1, 2, tzinfo=plus_two)
+    )
+    assert direct.start == T0 and direct.start.tzinfo is UTC
+    assert direct.end == datetime(2026, 6, 1, tzinfo=UTC) and direct.end.tzinfo is UTC
+
+
+def test_an_offset_change_is_found_to_the_microsecond_within_a_day() -> None:
+    """offset_change bisects a day that holds a change down to the change itself."""
+    paris = ZoneInfo("Europe/Paris")
+    lo, hi = datetime(2026, 3, 28, 12, 0, 0, 123, tzinfo=UTC), datetime(2026, 3, 30, tzinfo=UTC)
+    assert offset_change(paris, lo, hi) == PARIS_GAP_END
+    assert offset_change(paris, lo, PARIS_GAP_END - timedelta(microseconds=1)) is None
 
 
 @pytest.fixture
@@ -218,6 +268,7 @@ def test_the_wall_time_a_spring_gap_skipped_is_named(expr: str, skipped: datetim
         (timedelta(milliseconds=1500), "1500ms"),
         (timedelta(milliseconds=2), "2ms"),
         (timedelta(microseconds=1500), "0.0015s"),
+        (timedelta(microseconds=999_999), "0.999999s"),
     ],
 )
 def test_durations_are_written_in_their_largest_whole_unit(delta: timedelta, text: str) -> None:
