@@ -13,8 +13,10 @@ import pytest
 from ticks import plan_tick, started
 
 from soloist import Scheduler, every
-from soloist.models import Occurrence
-from soloist.runtime.planner import occurrence_key
+from soloist.models import JobRecord, Occurrence, PlanCursor
+from soloist.registry import JobDef, JobPolicy
+from soloist.runtime.planner import CATCH_UP_BATCH, Walk, occurrence_key, plan_walk
+from soloist.schedules import Schedule
 from soloist.stores.memory import MemoryStore
 from soloist.testing import FakeClock
 
@@ -155,3 +157,104 @@ async def test_the_planner_reports_what_it_planned(mode: str) -> None:
     rows = await store.occurrence_list(limit=100)
     assert report["planned"] == len(rows) >= 4
     assert isinstance(report["cpu_seconds"], float) and report["cpu_seconds"] >= 0
+
+
+async def test_the_planner_counts_its_round_trips_and_cpu_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In distributed mode the report counts the store round trips (the bench reads them):
+    the store's time, the index read, and the plan write when there is one, plus one to
+    enter the new streams at the first tick; and the CPU time of building plans, here a
+    process clock that moves 0.0006 s while each batch is built."""
+    ticks = iter(n * 0.0003 for n in range(1_000))
+    monkeypatch.setattr("soloist.runtime.planner.cpu_time", lambda: next(ticks))
+    clock = FakeClock(T0)
+    store = MemoryStore("memory://", clock=clock)
+    app = make_app(clock, store, "distributed")
+    app.job(every("1m"), name="a")(lambda ctx: None)
+    runtime = await started(app)
+    trips = []
+    for advance in (0, 60, 1, 59):  # due, due, nothing due, due
+        clock.advance(advance)
+        await plan_tick(runtime)
+        trips.append(runtime.planner.report()["round_trips"])
+    assert trips == [4, 7, 9, 12]
+    # Four batches built, 0.0003 s each (two readings a batch, 0.0003 apart): 0.0012 s,
+    # reported to the millisecond.
+    assert runtime.planner.cpu_seconds == pytest.approx(0.0012)
+    assert runtime.planner.report()["cpu_seconds"] == 0.001
+
+
+# -- plan_walk, the planner's pure walk over one stream ---------------------------------------
+NOW = T0 + timedelta(seconds=0.5)
+LOOKAHEAD = timedelta(seconds=1)
+GRACE = timedelta(seconds=10)
+
+
+def walk_of(
+    schedule: Schedule,
+    *,
+    last: datetime | None = None,
+    count: int = 0,
+    catch_up: str = "latest",
+    window: timedelta | None = None,
+    created: datetime | None = None,
+) -> Walk:
+    job = JobDef(
+        "j", "t", schedule, JobPolicy.build(catch_up, window), {}, dynamic=created is not None
+    )
+    record = JobRecord("j", "t", {}, dynamic=True, created_at=created) if created else None
+    cursor = PlanCursor("j", "", last, count)
+    return plan_walk(job, cursor, NOW, LOOKAHEAD, GRACE, record, paused=False)
+
+
+def seconds(*offsets: float) -> list[datetime]:
+    return [T0 + timedelta(seconds=s) for s in offsets]
+
+
+def test_a_new_stream_starts_now_and_a_new_dynamic_one_when_it_was_added() -> None:
+    """A stream seen for the first time plans nothing from before now; a dynamic
+    schedule's starts when it was added: with catch_up='all' every instant since then is
+    planned, oldest first."""
+    fresh = walk_of(every("1m"))
+    assert fresh.kept == [] and fresh.new_last == NOW
+    assert fresh.upcoming == T0 + timedelta(minutes=1)
+    added = walk_of(every("1m"), catch_up="all", created=T0 - timedelta(minutes=3, seconds=30))
+    assert added.kept == seconds(-180, -120, -60, 0)
+    assert added.new_last == T0 and added.upcoming == T0 + timedelta(minutes=1)
+
+
+def test_max_runs_counts_what_was_planned_before_and_now() -> None:
+    """With max_runs=3, a dynamic schedule planned for the first time plans 3 of its 4
+    missed instants and nothing after; one that planned 2 before plans 1 more."""
+    capped = every("1m", max_runs=3)
+    first = walk_of(capped, catch_up="all", created=T0 - timedelta(minutes=3, seconds=30))
+    assert first.kept == seconds(-180, -120, -60) and first.upcoming is None
+    later = walk_of(capped, last=T0 - timedelta(minutes=2), count=2, catch_up="all")
+    assert later.kept == seconds(-60) and later.upcoming is None
+    spent = walk_of(capped, last=T0 - timedelta(minutes=2), count=3, catch_up="all")
+    assert spent.kept == [] and spent.upcoming is None
+
+
+def test_latest_catch_up_puts_the_newest_missed_instant_first() -> None:
+    """catch_up='latest' after downtime plans the newest missed instant, then the ones
+    still within the misfire grace, in time order; found without walking every instant of
+    a dense schedule since the last plan (two days of seconds)."""
+    dense = walk_of(every("1s"), last=T0 - timedelta(days=2))
+    # The grace reaches back to 9.5 s before T0: T0 - 10 s is the newest missed instant.
+    assert dense.kept == seconds(-10, *range(-9, 2))
+    assert dense.new_last == T0 + timedelta(seconds=1)
+    minutely = walk_of(every("1m"), last=T0 - timedelta(minutes=10))
+    assert minutely.kept == seconds(-60, 0)
+
+
+def test_the_catch_up_window_and_batch_bound_what_all_keeps() -> None:
+    """catch_up='all' plans the missed instants within the catch-up window only, and at
+    most CATCH_UP_BATCH of them per walk (the rest at the next one)."""
+    windowed = walk_of(every("1m"), last=T0 - timedelta(minutes=10), catch_up="all",
+                       window=timedelta(minutes=3))  # fmt: skip
+    assert windowed.kept == seconds(-120, -60, 0)  # T0 - 3 m is 3 m 0.5 s before now
+    backlog = walk_of(every("1s"), last=T0 - timedelta(hours=1), catch_up="all")
+    assert len(backlog.kept) == CATCH_UP_BATCH
+    assert backlog.kept[0] == T0 - timedelta(hours=1) + timedelta(seconds=1)
+    assert backlog.new_last == backlog.kept[-1]
