@@ -47,7 +47,9 @@ async def test_a_renewal_the_store_refuses_loses_the_run(
     assert runtime.executor.counts["lease_lost"] == 1
     row = await store.occurrence_get(occ.id)
     assert row is not None and row.state == State.SCHEDULED and row.finished_at is None
+    calls = len(store.renewals)
     assert await runtime.executor.renew([run]) is False  # a lost run is not renewed again
+    assert len(store.renewals) == calls
 
 
 async def test_aheartbeat_renews_a_held_lease_and_names_a_lost_one(
@@ -118,3 +120,21 @@ async def test_the_heartbeater_backs_off_after_failures_and_resets_after_a_succe
     runtime.executor.lose(run)
     await ended(run)
     await asyncio.sleep(0)
+
+
+async def test_aheartbeat_while_the_store_fails_trusts_the_lease_until_its_deadline(
+    clock: FakeClock, store: RenewalCounter
+) -> None:
+    """A renewal that fails (the store does not answer) is not a lost lease: before the
+    local deadline ``ctx.aheartbeat()`` returns; once it has passed, it raises
+    LeaseLostError."""
+    _, run, seen = await claim_one(make_app(clock, store))
+    ctx = seen["ctx"]
+    store.failing = True
+    clock.advance(BEAT)
+    await ctx.aheartbeat()
+    assert not ctx.lease_lost
+    clock.advance(TTL)
+    with pytest.raises(LeaseLostError):
+        await ctx.aheartbeat()
+    await ended(run)
