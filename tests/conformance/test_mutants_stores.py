@@ -1,6 +1,7 @@
 """Store behaviour where ``make mutate`` (the stores groups) found no test, on memory,
 SQLite, PostgreSQL and Redis alike: what completing leaves in a row (a finished row keeps
-its due time; a retried one is due again and not finished), and what a skipped row says."""
+its due time; a retried one is due again and not finished), what a skipped row says, a
+batch whose first claim is stale, and the attempt a release records."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from soloist.clock import Clock
-from soloist.models import ErrorCode, Outcome, Overlap, State
+from soloist.models import Claimed, ErrorCode, Outcome, Overlap, State
 from soloist.stores.base import Store
 from soloist.stores.memory import MemoryStore
 from soloist.stores.postgres import PostgresStore
@@ -75,3 +76,40 @@ class TestCompletionAndSkips(ConformanceBase):
         assert (skipped.error_code, skipped.error_message) == (ErrorCode.OVERLAP.value, SKIPPED)
         assert skipped.finished_at == at(2)
         assert running.state == State.RUNNING
+
+    async def test_a_stale_claim_first_in_a_batch_does_not_stop_the_rest(
+        self, store: Store
+    ) -> None:
+        """A completion or a release whose first claim is no longer held (a wrong fencing
+        token) still applies to the held claims after it."""
+        await insert(store, *(new_occurrence(k) for k in ("a", "b", "c", "d")))
+        claimed = {o.dedupe_key: o for o in await claim(store, now=at(1))}
+        a, b, c, d = (claimed[k] for k in "abcd")
+        done = [
+            Outcome(a.id, a.fencing_token + 1, State.SUCCEEDED),
+            Outcome(b.id, b.fencing_token, State.SUCCEEDED),
+        ]
+        assert await store.occurrence_complete("i1", done, now=at(2)) == {b.id}
+        back = [Claimed(c.id, c.fencing_token + 1), Claimed(d.id, d.fencing_token)]
+        assert await store.lease_release("i1", back, now=at(2)) == {d.id}
+        rows = [await store.occurrence_get(o.id) for o in (a, b, c, d)]
+        states = [row.state if row is not None else None for row in rows]
+        assert states == [State.RUNNING, State.SUCCEEDED, State.RUNNING, State.SCHEDULED]
+
+    async def test_a_release_records_its_attempt(self, store: Store) -> None:
+        """A release writes the attempt to the history, at the release time, as released
+        (or dead, when its cancellation was requested), with the message saying so."""
+        await insert(store, new_occurrence("a"), new_occurrence("b"))
+        claimed = {o.dedupe_key: o for o in await claim(store, now=at(1))}
+        a, b = claimed["a"], claimed["b"]
+        assert await store.occurrence_cancel(b.id, now=at(2)) is not None
+        back = [Claimed(a.id, a.fencing_token), Claimed(b.id, b.fencing_token)]
+        assert await store.lease_release("i1", back, now=at(3)) == {a.id, b.id}
+        (released,) = await store.occurrence_attempts(a.id)
+        assert (released.outcome, released.finished_at) == ("released", at(3))
+        assert released.error_message == "lease released before the attempt finished"
+        (dead,) = await store.occurrence_attempts(b.id)
+        assert (dead.outcome, dead.finished_at) == ("dead", at(3))
+        assert dead.error_message == (
+            "cancelled on request; its runner stopped before the attempt finished"
+        )
