@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from soloist._timemath import format_duration, offset_change, parse_rfc3339
+from soloist._cron_fields import field_problem
+from soloist._timemath import format_duration, offset_change, parse_rfc3339, wall_to_instant
 from soloist.errors import ScheduleError
 from soloist.schedules import (
     IntervalSchedule,
@@ -29,6 +30,10 @@ UTC = timezone.utc
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 #: Europe/Paris springs forward on 2026-03-29: 02:00 local (01:00 UTC) becomes 03:00.
 PARIS_GAP_END = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+#: time.tzset, which makes the process read its local zone (TZ) again, is Unix-only.
+needs_tzset = pytest.mark.skipif(
+    not hasattr(time, "tzset"), reason="the local zone cannot be changed without time.tzset"
+)
 
 
 @pytest.mark.parametrize(
@@ -162,6 +167,29 @@ def test_a_bad_cron_field_message_is_the_explanation_alone() -> None:
     )
 
 
+@pytest.mark.parametrize("expr", ["0 0 */31 * MON#5", "0 0 */31 2 5#5"])
+def test_a_cron_expression_that_never_fires_is_refused_by_name(expr: str) -> None:
+    """An expression whose every field is valid but that no date matches (the 1st of a
+    month that is its 5th Monday, or Friday) is refused, naming it and saying why."""
+    with pytest.raises(ScheduleError) as raised:
+        cron(expr)
+    assert str(raised.value) == (
+        f"invalid cron expression {expr!r}: it never fires (no date matches)"
+    )
+
+
+@pytest.mark.parametrize("fields", [["*"] * 5, ["*"] * 6])
+def test_a_cronsim_message_that_names_no_field_is_explained_by_nothing(
+    fields: list[str],
+) -> None:
+    """field_problem answers None for a cronsim message that names no field (its 'Wrong
+    number of fields'), as its docstring says, whether the expression has 5 fields or 6.
+    Private helper: cron() counts the fields before cronsim reads them, so that message
+    never reaches field_problem through the public API."""
+    assert field_problem("Wrong number of fields", fields) is None
+    assert field_problem("Bad seconds", fields) is None
+
+
 def test_instants_are_read_with_a_lowercase_z_and_stored_in_utc() -> None:
     """An RFC 3339 time ending in a lowercase 'z' is UTC (datetime.fromisoformat refuses
     it); start and end given to a schedule class directly are stored as UTC datetimes."""
@@ -183,6 +211,24 @@ def test_an_offset_change_is_found_to_the_microsecond_within_a_day() -> None:
     assert offset_change(paris, lo, PARIS_GAP_END - timedelta(microseconds=1)) is None
 
 
+def test_an_offset_change_one_microsecond_after_t_restarts_the_search_there() -> None:
+    """One microsecond before Paris's spring change, an every-third-hour cron (real
+    elapsed time) finds the change itself, 03:00 local, not the third hour after it."""
+    thirds = cron("0 */3 * * *", "Europe/Paris")
+    assert thirds.next_after(PARIS_GAP_END - timedelta(microseconds=1)) == PARIS_GAP_END
+
+
+def test_a_repeated_wall_time_is_its_first_pass_whatever_its_fold() -> None:
+    """wall_to_instant maps a wall time that occurs twice to its first pass, also when the
+    naive time carries fold=1. Private helper: cronsim yields every match with fold=0, so
+    no schedule hands it fold=1 through the public API."""
+    # Paris falls back on 2026-10-25: 03:00 local (01:00 UTC) becomes 02:00 again.
+    paris, wall = ZoneInfo("Europe/Paris"), datetime(2026, 10, 25, 2, 30)
+    first_pass = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    assert wall_to_instant(wall, paris) == first_pass
+    assert wall_to_instant(wall.replace(fold=1), paris) == first_pass
+
+
 @pytest.fixture
 def india_local_time() -> Iterator[None]:
     """The process's local zone (what ``astimezone()`` with no argument uses) set to
@@ -198,6 +244,20 @@ def india_local_time() -> Iterator[None]:
         else:
             os.environ["TZ"] = before
         time.tzset()
+
+
+@pytest.fixture
+def local_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
+    """A function that sets the process's local zone (TZ, read again by time.tzset) for
+    the test; the zone the process had is restored, and read again, afterwards."""
+
+    def set_local_zone(name: str) -> None:
+        monkeypatch.setenv("TZ", name)
+        time.tzset()
+
+    yield set_local_zone
+    monkeypatch.undo()
+    time.tzset()
 
 
 def is_utc(moment: datetime | None) -> bool:
@@ -234,6 +294,33 @@ def test_interval_schedules_cross_an_offset_change_in_the_zone_given(
     assert quarter.next_after(before_gap) == PARIS_GAP_END
     assert offset_change(ZoneInfo("Europe/Paris"), T0, PARIS_GAP_END) == PARIS_GAP_END
     assert offset_change(ZoneInfo("Europe/Paris"), T0, PARIS_GAP_END - timedelta(1)) is None
+
+
+@needs_tzset
+@pytest.mark.parametrize("local", ["UTC", "Europe/London", "Asia/Tokyo"])
+def test_a_skipped_wall_time_runs_at_the_transition_in_utc_whatever_the_local_zone(
+    local: str, local_zone: Callable[[str], None]
+) -> None:
+    """A fixed-time cron whose wall time the spring gap skips runs at the transition
+    instant, as a UTC datetime, whatever the machine's own zone: only the schedule's
+    zone is read."""
+    local_zone(local)
+    # London springs forward on 2026-03-29: 01:00 GMT (01:00 UTC) becomes 02:00 BST.
+    instant = cron("30 1 * * *", "Europe/London").next_after(datetime(2026, 3, 28, 12, tzinfo=UTC))
+    assert instant == datetime(2026, 3, 29, 1, tzinfo=UTC) and is_utc(instant), instant
+
+
+@needs_tzset
+def test_nothing_comes_after_the_last_instant_whatever_the_local_zone(
+    local_zone: Callable[[str], None],
+) -> None:
+    """Asked after the last representable instant, each kind of schedule answers None (it
+    has nothing left), also where the machine's zone is ahead of UTC and that instant,
+    read in it, would be past year 9999."""
+    local_zone("Asia/Tokyo")
+    last = datetime.max.replace(tzinfo=UTC)
+    for schedule in (every("1m"), cron("* * * * *"), cron("0 9 * * *", "Europe/Paris"), at(T0)):
+        assert schedule.next_after(last) is None, schedule
 
 
 @pytest.mark.parametrize(
