@@ -459,3 +459,27 @@ async def test_no_waiting_run_starts_once_a_stop_began() -> None:
     for occ_id in quick_ids:
         occ = await store.occurrence_get(occ_id)
         assert occ is not None and occ.state is State.SCHEDULED
+
+
+async def test_a_waiting_run_past_its_lease_deadline_is_dropped_when_a_slot_frees() -> None:
+    """A run claimed ahead whose lease deadline passed before it was due to be handed back
+    (a claim answered late, renewals failing): when a slot frees it is dropped, not
+    started, and frees its place in ``active``; the runs behind it start. (The drop once
+    raised ValueError, which left the run in ``active`` holding a slot for good.)"""
+    clock = FakeClock(T0)
+    app, _store, gate, ran, quick, slow = setup_line(clock)
+    runtime = await started(app)
+    ex = runtime.executor
+    quick_ids = await fill_line(app, runtime, clock, quick, slow, ran)
+    stale = ex.waiting[0]
+    stale.lease_deadline = clock.monotonic() - 0.001  # no renewal reached it in time
+    gate.set()  # both slow runs finish: two slots free
+    await settle(runtime)
+    await ex.tick()
+    await settle(runtime)
+    started_ids = {occ for _iid, occ in ran}
+    assert stale.occ.id not in started_ids
+    assert started_ids == set(quick_ids) - {stale.occ.id}
+    assert stale.occ.id not in ex.active
+    assert stale not in ex.waiting
+    assert stale.ctx.lease_lost

@@ -360,7 +360,10 @@ class Executor(Service):
         while self.waiting and self.free_slots() > 0:
             run = self.waiting.popleft()
             if now >= run.lease_deadline or run.ctx.lease_lost:
-                self.lose(run)  # (off the line already: lose() drops it from active)
+                run.waiting = False  # off the line already: lose() drops it from active
+                self.lose(run)
+                if self.active.get(run.occ.id) is run:  # (lost earlier: lose() returned)
+                    del self.active[run.occ.id]
                 continue
             if claimable is None:
                 claimable = set(tasks)
