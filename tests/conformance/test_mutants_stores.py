@@ -1,7 +1,8 @@
 """Store behaviour where ``make mutate`` (the stores groups) found no test, on memory,
 SQLite, PostgreSQL and Redis alike: what completing leaves in a row (a finished row keeps
 its due time; a retried one is due again and not finished), what a skipped row says, a
-batch whose first claim is stale, and the attempt a release records."""
+batch whose first claim is stale, the attempt a release records, and which running sibling
+decides that a skip row is skipped (the earliest, also when the batch claimed one first)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,37 @@ class TestCompletionAndSkips(ConformanceBase):
         assert dead.error_message == (
             "cancelled on request; its runner stopped before the attempt finished"
         )
+
+    async def test_the_earliest_running_sibling_decides_a_skip(self, store: Store) -> None:
+        """Two siblings of a group run (overlap=allow), started at 1 and at 3: a skip row due
+        at 2 is skipped, since one of them was already running when it fell due."""
+        first, second = await insert(
+            store, new_occurrence("a", due_at=T0), new_occurrence("b", due_at=at(0.5))
+        )
+        assert [o.id for o in await claim(store, limit=1, now=at(1))] == [first.id]
+        assert [o.id for o in await claim(store, limit=1, now=at(3))] == [second.id]
+        (late,) = await insert(store, new_occurrence("c", due_at=at(2), overlap=Overlap.SKIP))
+        assert await claim(store, now=at(4)) == []
+        skipped = await store.occurrence_get(late.id)
+        assert skipped is not None and skipped.state == State.SKIPPED
+        assert (skipped.error_code, skipped.finished_at) == (ErrorCode.OVERLAP.value, at(4))
+
+    async def test_a_batch_claim_does_not_hide_an_earlier_running_sibling(
+        self, store: Store
+    ) -> None:
+        """A sibling runs since 1; a claim at 3 takes an allow row of the group first, then
+        meets a skip row due at 2: the sibling running since 1 skips it (the claim of this
+        batch, started at 3, does not make it wait)."""
+        await insert(store, new_occurrence("run", due_at=T0))
+        (running,) = await claim(store, now=at(1))
+        allow, skip = await insert(
+            store,
+            new_occurrence("allow", due_at=at(1.5)),
+            new_occurrence("skip", due_at=at(2), overlap=Overlap.SKIP),
+        )
+        assert [o.id for o in await claim(store, now=at(3))] == [allow.id]
+        skipped = await store.occurrence_get(skip.id)
+        assert skipped is not None and skipped.state == State.SKIPPED
+        assert (skipped.error_code, skipped.finished_at) == (ErrorCode.OVERLAP.value, at(3))
+        still = await store.occurrence_get(running.id)
+        assert still is not None and still.state == State.RUNNING
