@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -346,3 +347,99 @@ async def test_sync_handlers_hand_their_results_back_in_bursts(
         None,
     )
     assert sum(ids.count(late) for ids in store.completes("a")) == 1
+
+
+@pytest.mark.parametrize("coming", [True, False])
+async def test_a_write_waits_a_moment_only_while_more_outcomes_are_coming(
+    clock: FakeClock, store: CountingStore, coming: bool
+) -> None:
+    """The completer's ``hold()``: while it says outcomes are about to come (short sync
+    handlers still in the worker threads), a write waits HOLD for them, and an outcome
+    arriving within that moment shares the write; otherwise the first outcome is written
+    at once and a later one goes in a write of its own."""
+    from soloist.runtime.completer import HOLD, Completer
+    from soloist.runtime.service import ServiceBundle
+
+    occs = [
+        NewOccurrence(
+            dedupe_key=f"t:{n}",
+            job="j",
+            task="j",
+            scope="",
+            plan_time=T0,
+            due_at=T0,
+            kind=Kind.TASK,
+            max_attempts=1,
+            payload={},
+        )
+        for n in range(2)
+    ]
+    for occ in occs:
+        await store.occurrence_insert(occ)
+    claimed = await store.occurrence_claim("a", ["j"], 2, timedelta(seconds=9))
+    outcomes = [Outcome(c.id, c.fencing_token, State.SUCCEEDED) for c in claimed]
+    completer = Completer(
+        ServiceBundle(clock, "a"),
+        store,  # type: ignore[arg-type]
+        call_timeout=3.0,
+        hold=lambda: coming,
+    )
+    loop = asyncio.get_running_loop()
+    first = asyncio.ensure_future(completer.complete(outcomes[0]))
+    second: list[asyncio.Future[bool]] = []
+    # The second outcome comes a fifth of the moment later (timers fire in order, so it
+    # is queued before the held write goes, however late the loop wakes).
+    loop.call_later(
+        HOLD / 5, lambda: second.append(asyncio.ensure_future(completer.complete(outcomes[1])))
+    )
+    assert await asyncio.wait_for(first, 5)
+    await asyncio.sleep(HOLD * 2)
+    assert await asyncio.wait_for(second[0], 5)
+    writes = store.completes("a")
+    if coming:
+        assert writes == [[outcomes[0].id, outcomes[1].id]]
+    else:
+        assert writes == [[outcomes[0].id], [outcomes[1].id]]
+
+
+async def in_the_pool(pool: Any) -> None:
+    """Wait (a few loop turns) until the run's task has handed its call to the pool."""
+    for _ in range(100):
+        if pool.in_flight == 1:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{pool.in_flight} call(s) in flight, expected 1")
+
+
+async def test_the_executor_holds_writes_only_while_short_sync_handlers_are_running(
+    clock: FakeClock, store: CountingStore
+) -> None:
+    """Wired to the executor: outcomes are held while a ``def`` handler is in the worker
+    threads and handlers are short; not before any handler finished (no duration known),
+    not once the threads are empty."""
+    app = make_app(clock, store, "a")
+    go = threading.Event()
+
+    @app.task
+    def job(ctx) -> None:  # type: ignore[no-untyped-def]
+        go.wait(5)
+
+    runtime = await started(app)
+    ex = runtime.executor
+    assert ex.completer.hold is not None
+    await app.aenqueue(job)
+    await ex.tick()
+    await in_the_pool(ex.pool)
+    assert not ex.completer.hold()  # no handler has finished: no duration known yet
+    go.set()
+    await settle(runtime)
+    await ex.completer.drain()
+    assert ex.pool.in_flight == 0 and not ex.completer.hold()
+    go.clear()
+    await app.aenqueue(job)
+    await ex.tick()
+    await in_the_pool(ex.pool)
+    assert ex.completer.hold()  # a short handler is running in a thread
+    go.set()
+    await settle(runtime)
+    assert not ex.completer.hold()

@@ -125,3 +125,36 @@ async def test_a_bound_of_zero_replaces_nothing(release: threading.Event) -> Non
     assert await asyncio.wait_for(waiting, PROMPTLY) == "queued"
     assert pool.leaked == 0 and pool.threads == 1
     pool.shutdown(wait=False)
+
+
+async def test_in_flight_counts_each_call_until_its_outcome_reaches_the_loop(
+    release: threading.Event,
+) -> None:
+    """``in_flight`` (the completer waits a moment for outcomes while it is above zero):
+    a call counts from ``run`` until its outcome is back on the loop; a call cancelled
+    while queued stops counting at once (it never runs), a timed-out call that keeps its
+    thread counts until it returns."""
+    pool = DaemonThreadPool(1, "t")
+    assert pool.in_flight == 0
+    done = [pool.run(lambda n=n: n) for n in range(5)]
+    assert pool.in_flight == 5
+    assert await asyncio.wait_for(asyncio.gather(*done), PROMPTLY) == [0, 1, 2, 3, 4]
+    assert pool.in_flight == 0
+
+    started = threading.Event()
+    busy = pool.run(blocker(release, started))
+    assert await asyncio.to_thread(started.wait, PROMPTLY)
+    queued = pool.run(lambda: "never")
+    assert pool.in_flight == 2
+    queued.cancel()
+    assert pool.in_flight == 1  # the queued call will be skipped
+    release.set()
+    assert await asyncio.wait_for(busy, PROMPTLY) == "late"
+    assert pool.in_flight == 0
+
+    hung = threading.Event()
+    await time_out(pool, blocker(hung), "slow")
+    assert pool.leaked == 1 and pool.in_flight == 1  # its thread still runs it
+    hung.set()
+    await until(lambda: pool.in_flight == 0, "the leaked call's outcome to come back")
+    pool.shutdown(wait=False)

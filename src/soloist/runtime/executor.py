@@ -208,7 +208,9 @@ class Executor(Service):
         self._unclaimable = False
         self.claiming = True
         self.pool = DaemonThreadPool(concurrency, "soloist-worker", clock=self.clock)
-        self.completer = Completer(bundle, store, call_timeout=self.call_timeout)
+        self.completer = Completer(
+            bundle, store, call_timeout=self.call_timeout, hold=self._outcomes_coming
+        )
         outcomes = ("succeeded", "failed", "dead", "cancelled", "fenced", "lease_lost")
         self.counts = {state: 0 for state in (*outcomes, "unrecorded")}
         #: Runs whose handler is done and whose outcome is being written: they keep their
@@ -326,6 +328,12 @@ class Executor(Service):
             self.poll_interval,
             action="notify_failed",
         )
+
+    def _outcomes_coming(self) -> bool:
+        """Whether outcomes of short ``def`` handlers are about to come back from the
+        worker threads (the completer then waits a moment for them: one write for all)."""
+        duration = self.duration
+        return self.pool.in_flight > 0 and duration is not None and duration < AHEAD_WAIT
 
     def ahead_target(self) -> int:
         """How many runs to hold claimed ahead of a free slot now (see the module

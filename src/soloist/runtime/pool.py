@@ -44,7 +44,7 @@ class _Call:
     """A call and where its outcome goes: a concurrent future (``submit``), or an asyncio
     future of a loop (``run``); ``started``: the monotonic time a thread began it."""
 
-    __slots__ = ("fn", "future", "leaked", "name", "started")
+    __slots__ = ("began", "fn", "future", "leaked", "name", "started")
 
     def __init__(
         self, fn: Callable[[], Any], future: Future[Any] | asyncio.Future[Any], name: str
@@ -53,6 +53,8 @@ class _Call:
         self.future = future
         self.name = name
         self.started: float | None = None
+        #: A thread began it (``started`` is cleared again when it returns).
+        self.began = False
         self.leaked = False
 
 
@@ -92,6 +94,9 @@ class DaemonThreadPool(Executor):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: list[_Done] = []
         self._done_lock = threading.Lock()
+        #: Calls given to :meth:`run` whose outcome has not reached the loop yet (read and
+        #: written on the loop only).
+        self._in_flight = 0
 
     # -- what the pool reports ------------------------------------------------------------------
     @property
@@ -108,6 +113,12 @@ class DaemonThreadPool(Executor):
         """True while leaked threads reach the bound: another leak is not replaced, and
         sync runs may wait for a free thread."""
         return self._leaked > 0 and self._leaked >= self.max_leaked
+
+    @property
+    def in_flight(self) -> int:
+        """Calls given to :meth:`run` whose outcome has not come back to the loop yet
+        (queued, running, or returned and about to be handed back)."""
+        return self._in_flight
 
     @property
     def threads(self) -> int:
@@ -139,6 +150,7 @@ class DaemonThreadPool(Executor):
         # for every call, and only a cancelled one needs it.
         future.on_cancel = functools.partial(self._on_cancel, item, future)
         self._put(item)
+        self._in_flight += 1
         return future
 
     def _put(self, item: _Call) -> None:
@@ -190,6 +202,7 @@ class DaemonThreadPool(Executor):
             if item.future.cancelled():
                 return False
             item.started = self._monotonic()
+            item.began = True
             return True
 
     def _end(self, item: _Call) -> bool:
@@ -223,6 +236,8 @@ class DaemonThreadPool(Executor):
             return
         with self._lock:
             if item.started is None or item.leaked:
+                if not item.began:
+                    self._in_flight -= 1  # it will be skipped: no outcome comes back
                 return  # never started (it will be skipped), or already returned
             item.leaked = True
             self._leaked += 1
@@ -261,6 +276,7 @@ class DaemonThreadPool(Executor):
     def _resolve(self) -> None:
         with self._done_lock:
             done, self._done = self._done, []
+        self._in_flight -= len(done)
         for future, returned, value in done:
             if future.done():
                 continue  # cancelled meanwhile (a timeout): the late outcome is ignored
