@@ -131,9 +131,9 @@ async def test_in_flight_counts_each_call_until_its_outcome_reaches_the_loop(
     release: threading.Event,
 ) -> None:
     """``in_flight`` (the completer waits a moment for outcomes while it is above zero):
-    a call counts from ``run`` until its outcome is back on the loop; a call cancelled
-    while queued stops counting at once (it never runs), a timed-out call that keeps its
-    thread counts until it returns."""
+    a call counts from ``run`` until its outcome is back on the loop, or until it is
+    cancelled: while queued (it never runs), or while running (a timeout: its leaked
+    thread may run on for good, but no outcome is awaited from it any more)."""
     pool = DaemonThreadPool(1, "t")
     assert pool.in_flight == 0
     done = [pool.run(lambda n=n: n) for n in range(5)]
@@ -154,7 +154,38 @@ async def test_in_flight_counts_each_call_until_its_outcome_reaches_the_loop(
 
     hung = threading.Event()
     await time_out(pool, blocker(hung), "slow")
-    assert pool.leaked == 1 and pool.in_flight == 1  # its thread still runs it
+    assert pool.leaked == 1 and pool.in_flight == 0  # its thread still runs it, unawaited
     hung.set()
-    await until(lambda: pool.in_flight == 0, "the leaked call's outcome to come back")
+    await until(lambda: pool.leaked == 0, "the leaked call to return")
+    assert pool.in_flight == 0
+    pool.shutdown(wait=False)
+
+
+async def test_a_thread_that_cannot_start_queues_nothing(
+    release: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the pool needs another thread and the system refuses one (a thread limit),
+    ``run`` raises and the call is not left in the queue: it must not run later, unseen,
+    on another thread (the executor records the refusal and may run the occurrence
+    again)."""
+    pool = DaemonThreadPool(2, "t")
+    started = threading.Event()
+    busy = pool.run(blocker(release, started))
+    assert await asyncio.to_thread(started.wait, PROMPTLY)
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    ran = threading.Event()
+    with monkeypatch.context() as patch:
+        patch.setattr(threading.Thread, "start", refuse)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            pool.run(ran.set)
+    assert pool.threads == 1 and pool.in_flight == 1
+    release.set()
+    assert await asyncio.wait_for(busy, PROMPTLY) == "late"
+    assert await asyncio.wait_for(pool.run(lambda: 2), PROMPTLY) == 2
+    await asyncio.sleep(0.05)
+    assert not ran.is_set(), "the refused call ran anyway"
+    assert pool.in_flight == 0
     pool.shutdown(wait=False)

@@ -14,7 +14,7 @@ commit, with no timer to tune:
 * while ``hold()`` says that more outcomes are about to come (short ``def`` handlers still
   running in the worker threads, whose outcomes reach the loop one thread at a time, not
   in the same turn), the write waits :data:`HOLD` more for them: one write instead of
-  several, for at most a millisecond of latency on the outcome (the slot is already free).
+  several, for about a millisecond of latency on the outcome (the slot is already free).
 
 Each outcome is still fenced on its own by the store: one stale runner in a batch does
 not stop the others from being recorded.

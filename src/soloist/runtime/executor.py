@@ -331,9 +331,10 @@ class Executor(Service):
 
     def _outcomes_coming(self) -> bool:
         """Whether outcomes of short ``def`` handlers are about to come back from the
-        worker threads (the completer then waits a moment for them: one write for all)."""
-        duration = self.duration
-        return self.pool.in_flight > 0 and duration is not None and duration < AHEAD_WAIT
+        worker threads (the completer then waits a moment for them: one write for all):
+        calls are in the threads, handlers are short and none has run longer than that
+        (the condition of claiming ahead)."""
+        return self.pool.in_flight > 0 and self.ahead_target() > 0
 
     def ahead_target(self) -> int:
         """How many runs to hold claimed ahead of a free slot now (see the module

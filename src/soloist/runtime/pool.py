@@ -44,7 +44,7 @@ class _Call:
     """A call and where its outcome goes: a concurrent future (``submit``), or an asyncio
     future of a loop (``run``); ``started``: the monotonic time a thread began it."""
 
-    __slots__ = ("began", "fn", "future", "leaked", "name", "started")
+    __slots__ = ("fn", "future", "leaked", "name", "started")
 
     def __init__(
         self, fn: Callable[[], Any], future: Future[Any] | asyncio.Future[Any], name: str
@@ -53,8 +53,6 @@ class _Call:
         self.future = future
         self.name = name
         self.started: float | None = None
-        #: A thread began it (``started`` is cleared again when it returns).
-        self.began = False
         self.leaked = False
 
 
@@ -94,8 +92,8 @@ class DaemonThreadPool(Executor):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: list[_Done] = []
         self._done_lock = threading.Lock()
-        #: Calls given to :meth:`run` whose outcome has not reached the loop yet (read and
-        #: written on the loop only).
+        #: Calls given to :meth:`run` whose future is still pending: neither resolved nor
+        #: cancelled (read and written on the loop only).
         self._in_flight = 0
 
     # -- what the pool reports ------------------------------------------------------------------
@@ -116,8 +114,9 @@ class DaemonThreadPool(Executor):
 
     @property
     def in_flight(self) -> int:
-        """Calls given to :meth:`run` whose outcome has not come back to the loop yet
-        (queued, running, or returned and about to be handed back)."""
+        """Calls given to :meth:`run` whose outcome is still awaited: queued, running, or
+        returned and about to be handed back; not once cancelled (a timeout), even while a
+        leaked thread still runs the call."""
         return self._in_flight
 
     @property
@@ -157,20 +156,20 @@ class DaemonThreadPool(Executor):
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot run a handler: the worker pool is shut down")
-            self._queue.put(item)
             if self._idle > 0:
                 self._idle -= 1  # a waiting thread takes it
             elif len(self._threads) < self._capacity():
-                self._start_thread()
+                self._start_thread()  # raising (a thread limit), it queues nothing
+            self._queue.put(item)
 
     def _start_thread(self) -> None:
         """Start one more worker (with ``_lock`` held)."""
         thread = threading.Thread(
             target=self._work, name=f"{self._name}-{self._started}", daemon=True
         )
+        thread.start()  # (it waits for the queue; _lock keeps it out of _threads until then)
         self._started += 1
         self._threads.append(thread)
-        thread.start()
 
     def _work(self) -> None:
         while True:
@@ -202,7 +201,6 @@ class DaemonThreadPool(Executor):
             if item.future.cancelled():
                 return False
             item.started = self._monotonic()
-            item.began = True
             return True
 
     def _end(self, item: _Call) -> bool:
@@ -234,10 +232,9 @@ class DaemonThreadPool(Executor):
         leaked; replace it while under the bound."""
         if not future.cancelled():
             return
+        self._in_flight -= 1  # whatever the call does now, its outcome is not awaited
         with self._lock:
             if item.started is None or item.leaked:
-                if not item.began:
-                    self._in_flight -= 1  # it will be skipped: no outcome comes back
                 return  # never started (it will be skipped), or already returned
             item.leaked = True
             self._leaked += 1
@@ -276,10 +273,10 @@ class DaemonThreadPool(Executor):
     def _resolve(self) -> None:
         with self._done_lock:
             done, self._done = self._done, []
-        self._in_flight -= len(done)
         for future, returned, value in done:
             if future.done():
                 continue  # cancelled meanwhile (a timeout): the late outcome is ignored
+            self._in_flight -= 1
             if returned:
                 future.set_result(value)
             else:
