@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -635,13 +636,16 @@ async def test_a_renewal_gives_up_at_the_earliest_lease_deadline(
     await ended(run)
 
 
-async def test_a_claim_answered_with_half_a_second_of_lease_left_still_runs(
-    clock: FakeClock, store: RenewalCounter
-) -> None:
-    """A claim whose answer leaves 0.5 s of trusted lease: the handler runs, and the
-    heartbeater is woken for that near deadline."""
+async def claimed_late(
+    clock: FakeClock,
+    store: RenewalCounter,
+    late: float,
+    prepare: Callable[[Any], None] = lambda ex: None,
+) -> tuple[Any, list[int], str]:
+    """One enqueued run of a task claimed by a tick whose claim is answered ``late``
+    seconds (on the fake clock) after it was sent; ``prepare`` sees the executor first.
+    The runtime, the fencing tokens the handler ran with, and the occurrence id."""
     app = make_app(clock, store)
-    woken: list[bool] = []
     ran: list[int] = []
 
     @app.task(name="work")
@@ -649,19 +653,33 @@ async def test_a_claim_answered_with_half_a_second_of_lease_left_still_runs(
         ran.append(ctx.fencing_token)
 
     runtime = await started(app)
-    ex = runtime.executor
-    ex.on_short_lease = lambda: woken.append(True)
+    prepare(runtime.executor)
     occ_id = await app.aenqueue("work")
     inner_claim = store._inner.occurrence_claim
 
     async def late_claim(*a: Any, **k: Any) -> Any:
         got = await inner_claim(*a, **k)
-        clock.advance(TRUSTED - 0.5)
+        clock.advance(late)
         return got
 
     store.occurrence_claim = late_claim  # type: ignore[attr-defined]
-    await ex.tick()
+    await runtime.executor.tick()
     await settle_line(runtime)
+    return runtime, ran, occ_id
+
+
+async def test_a_claim_answered_with_half_a_second_of_lease_left_still_runs(
+    clock: FakeClock, store: RenewalCounter
+) -> None:
+    """A claim whose answer leaves 0.5 s of trusted lease: the handler runs, and the
+    heartbeater is woken for that near deadline."""
+    woken: list[bool] = []
+    _runtime, ran, occ_id = await claimed_late(
+        clock,
+        store,
+        TRUSTED - 0.5,
+        lambda ex: setattr(ex, "on_short_lease", lambda: woken.append(True)),
+    )
     assert ran == [1] and woken == [True]
     row = await store.occurrence_get(occ_id)
     assert row is not None and row.state == State.SUCCEEDED
@@ -673,26 +691,8 @@ async def test_a_claim_answered_exactly_at_its_local_deadline_ends_lease_lost_at
     """A claim whose answer arrives exactly at sent + ttl - margin: the lease is no longer
     trusted, so the handler does not run, and the run ends lease_lost at once, counted as
     soloist_runs_total{outcome="lease_lost"} (as a later answer is)."""
-    app = make_app(clock, store)
-    ran: list[int] = []
-
-    @app.task(name="work")
-    async def work(ctx: Any) -> None:
-        ran.append(ctx.fencing_token)
-
-    runtime = await started(app)
+    runtime, ran, occ_id = await claimed_late(clock, store, TRUSTED)
     ex = runtime.executor
-    occ_id = await app.aenqueue("work")
-    inner_claim = store._inner.occurrence_claim
-
-    async def late_claim(*a: Any, **k: Any) -> Any:
-        got = await inner_claim(*a, **k)
-        clock.advance(TRUSTED)
-        return got
-
-    store.occurrence_claim = late_claim  # type: ignore[attr-defined]
-    await ex.tick()
-    await settle_line(runtime)
     assert ran == [] and occ_id not in ex.active
     assert ex.counts["lease_lost"] == 1
     assert sample(runtime, "soloist_runs_total", job="work", outcome="lease_lost") == 1
