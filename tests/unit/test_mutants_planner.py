@@ -628,3 +628,17 @@ async def test_the_sleep_is_less_the_time_the_tick_took(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(store, "plan_due", slow)
     assert await plan_tick(runtime) == pytest.approx(29.0 - 0.3)
+
+
+def test_latest_catch_up_finds_the_last_instant_of_a_dense_schedule_that_ended() -> None:
+    """catch_up='latest' over a schedule of every millisecond that ended 129 s before the
+    misfire grace: the newest missed instant is its last one. Probing back in doubling
+    steps overshoots the end by up to the same distance again (here 127 s, 127,000
+    instants, past MAX_WALK): the probe is narrowed down before the walk."""
+    end = NOW - GRACE - timedelta(seconds=129)
+    dense = every("1ms", end=end)
+    instants, t = [], end - timedelta(milliseconds=3)
+    while (t := dense.next_after(t)) is not None:  # type: ignore[assignment]
+        instants.append(t)
+    walk = walk_of(dense, last=T0 - timedelta(days=2))
+    assert walk.kept == instants[-1:] and walk.upcoming is None

@@ -609,15 +609,33 @@ _PROBE_STEP = timedelta(seconds=1)
 
 def newest_walk_start(schedule: Schedule, start: datetime, before: datetime) -> datetime:
     """A point at or after ``start`` from which walking ``schedule`` forward still meets its
-    newest instant before ``before`` (if it has one after ``start``), found by probing
-    backwards from ``before`` in doubling steps: O(log(gap)) schedule steps instead of a
-    walk over every instant since ``start``."""
+    newest instant before ``before`` (if it has one after ``start``) within
+    :data:`_PROBE_STEP` of schedule time, found by probing backwards from ``before`` in
+    doubling steps, then halving the step that found an instant: O(log(gap)) schedule
+    steps instead of a walk over every instant since ``start`` (a schedule that ended long
+    ago is found just before its end, not up to as far again before it)."""
     step = _PROBE_STEP
+    hi = before  # no instant lies in (hi, before)
     while True:
         probe = before - step
         if probe <= start:
-            return start
+            lo = start
+            nxt = schedule.next_after(start)
+            if nxt is None or nxt >= before:
+                return start  # nothing to meet
+            break
         nxt = schedule.next_after(probe)
         if nxt is not None and nxt < before:
-            return probe
+            lo = probe
+            break
+        hi = probe
         step *= 2
+    # The newest instant before ``before`` lies in (lo, hi]: narrow that down.
+    while hi - lo > _PROBE_STEP:
+        mid = lo + (hi - lo) / 2
+        nxt = schedule.next_after(mid)
+        if nxt is not None and nxt < before:
+            lo = mid
+        else:
+            hi = mid
+    return lo
