@@ -642,3 +642,41 @@ def test_latest_catch_up_finds_the_last_instant_of_a_dense_schedule_that_ended()
         instants.append(t)
     walk = walk_of(dense, last=T0 - timedelta(days=2))
     assert walk.kept == instants[-1:] and walk.upcoming is None
+
+
+def last_instant(schedule: Schedule, end: datetime) -> datetime:
+    """The last instant of ``schedule``, which ends at ``end``."""
+    t, last = end - timedelta(seconds=3), None
+    while (nxt := schedule.next_after(t)) is not None:
+        t = last = nxt
+    assert last is not None
+    return last
+
+
+def test_latest_catch_up_finds_the_last_instant_far_behind_the_probes() -> None:
+    """catch_up='latest', a cursor 1000 s before the misfire grace and a schedule of every
+    millisecond that ended 400 s after it: the doubling probes pass the cursor before they
+    meet an instant, and the newest one is still found by narrowing from the cursor (a
+    walk from the cursor itself would pass MAX_WALK instants first)."""
+    last = NOW - GRACE - timedelta(seconds=1000)
+    dense = every("1ms", end=last + timedelta(seconds=400))
+    walk = walk_of(dense, last=last)
+    assert walk.kept == [last_instant(dense, last + timedelta(seconds=400))]
+    assert walk.upcoming is None
+
+
+def test_latest_catch_up_over_a_schedule_that_ended_before_the_cursor_keeps_nothing() -> None:
+    """A schedule that ended before the last planned instant has nothing to catch up."""
+    last = NOW - GRACE - timedelta(seconds=100)
+    walk = walk_of(every("1s", end=last - timedelta(seconds=10)), last=last)
+    assert walk.kept == [] and walk.upcoming is None
+
+
+def test_latest_catch_up_when_the_grace_begins_exactly_at_an_instant() -> None:
+    """The misfire grace begins exactly at an instant (every 5 s, anchored so that one falls
+    at now - grace): that instant is within the grace, and the newest *missed* one is the
+    instant 5 s before it, which the narrowing must not step over."""
+    before = NOW - GRACE
+    sparse = every("5s", start=before - timedelta(seconds=100))
+    walk = walk_of(sparse, last=before - timedelta(seconds=60))
+    assert walk.kept[:2] == [before - timedelta(seconds=5), before]
