@@ -99,7 +99,8 @@ LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 #: Outcomes of attempts counted by ``soloist_runs_total``; ``fenced``: the outcome was
 #: rejected because the lease had been lost; ``lease_lost``: the run stopped because its
-#: lease was lost, nothing was written (it runs again once reaped); ``unrecorded``: the
+#: lease was lost, or lost it while it waited (claimed ahead) for a slot; nothing was
+#: written (it runs again once reaped); ``unrecorded``: the
 #: outcome could not be written before the lease ran out (it runs again once reaped);
 #: ``cancelled``: stopped because someone cancelled the occurrence (``dead`` in the store,
 #: counted apart so that alerts on ``dead`` do not fire for it).

@@ -5,6 +5,7 @@ of these failed on the first version of claiming ahead (found in review)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -344,6 +345,42 @@ async def test_finished_but_unrecorded_runs_stay_bounded_while_writes_stall() ->
     assert len(rows) == 301 and all(o.state is State.SUCCEEDED for o in rows)
 
 
+async def drain_during_a_hand_back(
+    app: Scheduler,
+    runtime: Any,
+    clock: FakeClock,
+    gate: asyncio.Event,
+    quick: Any,
+    stopping: Callable[[], None] = lambda: None,
+) -> None:
+    """The line filled (:func:`fill_line`), the executor's first tick blocks in a hand-back
+    (``lease_release`` held); meanwhile the slow runs finish (free slots) and two quick runs
+    are queued; then ``stopping()`` is called, drain() begins, the hand-back goes on and the
+    drain ends. The test watches the store's claims itself."""
+    ex = runtime.executor
+    release_gate = asyncio.Event()
+    real_release = ex.store.lease_release
+
+    async def slow_release(*a: Any, **k: Any) -> Any:
+        await release_gate.wait()
+        return await real_release(*a, **k)
+
+    ex.store.lease_release = slow_release
+    clock.advance(AHEAD_HANDBACK + 0.01)
+    await ex.start()  # the loop's first tick blocks in the hand-back
+    for _ in range(10):
+        await asyncio.sleep(0)
+    gate.set()  # the slow runs finish meanwhile
+    for _ in range(2):
+        await app.aenqueue(quick)
+    stopping()
+    draining = asyncio.ensure_future(ex.drain(1.0))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    release_gate.set()
+    await asyncio.wait_for(draining, 5)
+
+
 async def test_no_claim_is_sent_after_a_graceful_stop_began() -> None:
     """drain() sets claiming=False and waits for the tick; a tick that was awaiting a
     hand-back goes on to claim the free slots anyway."""
@@ -353,14 +390,6 @@ async def test_no_claim_is_sent_after_a_graceful_stop_began() -> None:
     ex = runtime.executor
     await fill_line(app, runtime, clock, quick, slow)
     assert len(ex.waiting) == 3
-    release_gate = asyncio.Event()
-    real_release = ex.store.lease_release
-
-    async def slow_release(*a: Any, **k: Any) -> Any:
-        await release_gate.wait()
-        return await real_release(*a, **k)
-
-    ex.store.lease_release = slow_release  # type: ignore[method-assign]
     claims_after_stop: list[int] = []
     real_claim = ex.store.occurrence_claim
 
@@ -371,18 +400,7 @@ async def test_no_claim_is_sent_after_a_graceful_stop_began() -> None:
         return got
 
     ex.store.occurrence_claim = claim  # type: ignore[method-assign]
-    clock.advance(AHEAD_HANDBACK + 0.01)
-    await ex.start()  # the loop's first tick blocks in the hand-back
-    for _ in range(10):
-        await asyncio.sleep(0)
-    gate.set()  # the slow runs finish meanwhile
-    for _ in range(2):
-        await app.aenqueue(quick)
-    draining = asyncio.ensure_future(ex.drain(1.0))
-    for _ in range(10):
-        await asyncio.sleep(0)
-    release_gate.set()
-    await asyncio.wait_for(draining, 5)
+    await drain_during_a_hand_back(app, runtime, clock, gate, quick)
     assert not claims_after_stop, f"claimed {claims_after_stop} after the stop began"
 
 
@@ -462,24 +480,73 @@ async def test_no_waiting_run_starts_once_a_stop_began() -> None:
 
 
 async def test_a_waiting_run_past_its_lease_deadline_is_dropped_when_a_slot_frees() -> None:
-    """A run claimed ahead whose lease deadline passed before it was due to be handed back
-    (a claim answered late, renewals failing): when a slot frees it is dropped, not
-    started, and frees its place in ``active``; the runs behind it start. (The drop once
-    raised ValueError, which left the run in ``active`` holding a slot for good.)"""
+    """Runs claimed ahead whose lease deadline passed before they were due to be handed
+    back (a claim answered late, renewals failing): when slots free they are dropped, not
+    started, and free their places in ``active``; the run behind them starts. Each counts
+    as an attempt that ended with its lease lost, like a run that finds its lease lost as
+    it starts. (The drop once raised ValueError, which left the run in ``active`` holding
+    a slot for good; and it was once not counted in ``soloist_runs_total``.)"""
     clock = FakeClock(T0)
     app, _store, gate, ran, quick, slow = setup_line(clock)
     runtime = await started(app)
     ex = runtime.executor
     quick_ids = await fill_line(app, runtime, clock, quick, slow, ran)
-    stale = ex.waiting[0]
-    stale.lease_deadline = clock.monotonic() - 0.001  # no renewal reached it in time
+    stale = [ex.waiting[0], ex.waiting[1]]
+    for run in stale:
+        run.lease_deadline = clock.monotonic() - 0.001  # no renewal reached it in time
     gate.set()  # both slow runs finish: two slots free
     await settle(runtime)
     await ex.tick()
     await settle(runtime)
     started_ids = {occ for _iid, occ in ran}
-    assert stale.occ.id not in started_ids
-    assert started_ids == set(quick_ids) - {stale.occ.id}
-    assert stale.occ.id not in ex.active
-    assert stale not in ex.waiting
-    assert stale.ctx.lease_lost
+    stale_ids = {run.occ.id for run in stale}
+    assert started_ids == set(quick_ids) - stale_ids
+    for run in stale:
+        assert run.occ.id not in ex.active
+        assert run not in ex.waiting
+        assert run.ctx.lease_lost
+    assert ex.counts["lease_lost"] == 2
+    reg = runtime.metrics.registry
+    lost = {"job": "quick", "outcome": "lease_lost"}
+    assert reg.get_sample_value("soloist_runs_total", lost) == 2
+
+
+async def test_a_launched_run_that_loses_its_lease_before_its_first_step_is_counted() -> None:
+    """A renewal of waiting runs is answered 'not held' (they were reaped) in the loop
+    iteration in which a tick launches two of them (slots freed), before the new tasks'
+    first step. Nothing runs here, and each of the three counts once as lease_lost: the
+    launched ones are not cancelled before their first step (which would end them counted
+    nowhere, their lateness already observed) but find the lease lost as they start.
+    (Found by review: the launched two were counted nowhere.)"""
+    clock = FakeClock(T0)
+    app, _store, gate, ran, quick, slow = setup_line(clock)
+    runtime = await started(app)
+    ex = runtime.executor
+    await fill_line(app, runtime, clock, quick, slow, ran)
+    waiting = list(ex.waiting)
+    answer: asyncio.Future[set[str]] = asyncio.get_running_loop().create_future()
+
+    async def refused_later(*args: Any, **kw: Any) -> set[str]:
+        return await answer
+
+    ex.store.lease_renew = refused_later  # type: ignore[method-assign,assignment]
+    renewal = asyncio.ensure_future(ex.renew(waiting))
+    await asyncio.sleep(0)  # the renewal is sent and waits for its answer
+    gate.set()
+    for _ in range(5):
+        await asyncio.sleep(0)  # the slow handlers finish: two slots free
+    await ex.completer.drain()
+    assert ex.free_slots() == 2
+    answer.set_result(set())  # none held
+    for _ in range(2):  # the answer reaches renew() (through wait_for's inner task)
+        await asyncio.sleep(0)
+    ex._launch_waiting(ex.claimable())  # what the tick does now, in the same iteration
+    await renewal
+    await settle(runtime)
+    assert [r for r in waiting if r.task is not None], "no run was launched: test setup"
+    assert all(r.ctx.lease_lost for r in waiting)
+    assert not ran
+    assert not ex.active
+    assert ex.counts["lease_lost"] == 3, ex.counts
+    lost = {"job": "quick", "outcome": "lease_lost"}
+    assert runtime.metrics.registry.get_sample_value("soloist_runs_total", lost) == 3

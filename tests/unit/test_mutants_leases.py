@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from test_claim_ahead_faults import fill_line, make, setup_line
+from test_claim_ahead_faults import drain_during_a_hand_back, fill_line, make, setup_line
 from test_claim_ahead_faults import settle as settle_line
 from test_leases import BEAT, T0, TRUSTED, TTL, RenewalCounter, claim_one, ended, make_app
 from ticks import started
@@ -176,6 +176,28 @@ async def spin(turns: int = 20) -> None:
     """Let the event loop run the ready callbacks (no time passes on the fake clock)."""
     for _ in range(turns):
         await asyncio.sleep(0)
+
+
+class Blocking:
+    """A sync task that blocks its thread until :attr:`let_go` is set (5 s at most)."""
+
+    def __init__(self, app: Scheduler, name: str = "blocking") -> None:
+        self.name = name
+        self.running, self.let_go, self.returned = (threading.Event() for _ in range(3))
+
+        @app.task(name=name)
+        def blocking(ctx: Any) -> None:
+            self.running.set()
+            self.let_go.wait(5)
+            self.returned.set()
+
+    async def start(self, app: Scheduler, runtime: Runtime) -> tuple[str, Any]:
+        """Enqueue it and let a tick start it; its id and run, once its handler runs."""
+        occ_id = await app.aenqueue(self.name)
+        await runtime.executor.tick()
+        run = runtime.executor.active[occ_id]
+        assert await asyncio.to_thread(self.running.wait, 5)
+        return occ_id, run
 
 
 def sample(runtime: Runtime, name: str, **labels: str) -> float:
@@ -333,29 +355,19 @@ async def test_a_stop_neither_waits_for_a_sync_handler_nor_counts_it_as_leaked(
     runs (its thread is not joined), its lease is released, and its thread is not counted
     as leaked (soloist_thread_leaks_total stays 0: a stop is not a timeout)."""
     app = quick_app(clock, store)
-    running, let_go, returned = threading.Event(), threading.Event(), threading.Event()
-
-    @app.task(name="blocking")
-    def blocking(ctx: Any) -> None:
-        running.set()
-        let_go.wait(3)
-        returned.set()
-
+    blocking = Blocking(app)
     runtime = await started(app)
     ex = runtime.executor
-    occ_id = await app.aenqueue("blocking")
-    await ex.tick()
-    run = ex.active[occ_id]
-    assert await asyncio.to_thread(running.wait, 5)
+    occ_id, run = await blocking.start(app, runtime)
     try:
         await asyncio.wait_for(ex.drain(0), 5)
-        assert not returned.is_set(), "drain() waited for the sync handler to return"
+        assert not blocking.returned.is_set(), "drain() waited for the sync handler to return"
         row = await store.occurrence_get(occ_id)
         assert row is not None and row.state == State.SCHEDULED
         assert sample(runtime, "soloist_thread_leaks_total") == 0
         assert sample(runtime, "soloist_runs_total", job="blocking", outcome="released") == 1
     finally:
-        let_go.set()
+        blocking.let_go.set()
         await ended(run)
 
 
@@ -410,14 +422,6 @@ async def test_no_claim_is_sent_once_a_graceful_stop_began(clock: FakeClock) -> 
     runtime = await started(app)
     ex = runtime.executor
     await fill_line(app, runtime, clock, quick, slow)
-    release_gate = asyncio.Event()
-    real_release = ex.store.lease_release
-
-    async def slow_release(*a: Any, **k: Any) -> Any:
-        await release_gate.wait()
-        return await real_release(*a, **k)
-
-    ex.store.lease_release = slow_release  # type: ignore[method-assign]
     stopping = False
     claims_after_stop: list[tuple[Any, ...]] = []
     real_claim = ex.store.occurrence_claim
@@ -427,18 +431,12 @@ async def test_no_claim_is_sent_once_a_graceful_stop_began(clock: FakeClock) -> 
             claims_after_stop.append((*a, k))
         return await real_claim(*a, **k)
 
+    def stop_begins() -> None:
+        nonlocal stopping
+        stopping = True
+
     ex.store.occurrence_claim = claim  # type: ignore[method-assign]
-    clock.advance(AHEAD_HANDBACK + 0.01)
-    await ex.start()  # the loop's first tick blocks in the hand-back
-    await spin(10)
-    gate.set()  # the slow runs finish meanwhile: free slots
-    for _ in range(2):
-        await app.aenqueue(quick)
-    stopping = True
-    draining = asyncio.ensure_future(ex.drain(1.0))
-    await spin(10)
-    release_gate.set()
-    await asyncio.wait_for(draining, 5)
+    await drain_during_a_hand_back(app, runtime, clock, gate, quick, stop_begins)
     assert claims_after_stop == [], f"claims sent after the stop began: {claims_after_stop}"
 
 
@@ -575,13 +573,8 @@ async def test_check_leases_goes_on_past_a_run_it_has_nothing_to_do_for(
     ``active``) and goes on: the async run after it, past its deadline, is lost and
     cancelled."""
     app = make_app(clock, store)
-    running, let_go = threading.Event(), threading.Event()
+    blocking = Blocking(app)
     cancelled = asyncio.Event()
-
-    @app.task(name="blocking")
-    def blocking(ctx: Any) -> None:
-        running.set()
-        let_go.wait(5)
 
     @app.task(name="waiting")
     async def waiting(ctx: Any) -> None:
@@ -593,10 +586,7 @@ async def test_check_leases_goes_on_past_a_run_it_has_nothing_to_do_for(
 
     runtime = await started(app)
     ex = runtime.executor
-    first_id = await app.aenqueue("blocking")
-    await ex.tick()
-    first = ex.active[first_id]
-    assert await asyncio.to_thread(running.wait, 5)
+    first_id, first = await blocking.start(app, runtime)
     try:
         ex.lose(first)  # sync: only told; it stays in active until its thread returns
         second_id = await app.aenqueue("waiting")
@@ -610,7 +600,7 @@ async def test_check_leases_goes_on_past_a_run_it_has_nothing_to_do_for(
         await ended(second, timeout=1)
         assert cancelled.is_set()
     finally:
-        let_go.set()
+        blocking.let_go.set()
         await ended(first)
 
 

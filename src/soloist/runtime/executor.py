@@ -546,8 +546,9 @@ class Executor(Service):
         cancelled = False
         refused: str | None = None  # why retry_on / no_retry_on refuse another attempt
         try:
-            if ctx.lease_lost:  # lost before it started (a claim answered too late)
-                raise LeaseLostError("the claim's answer came after its lease deadline")
+            if ctx.lease_lost:  # lost before it started (a claim answered too late, or
+                # a renewal refused between its launch and this first step)
+                raise LeaseLostError("the lease was lost before the handler started")
             if not ctx.cancelled:  # (cancelled while it waited for a slot: never started)
                 run.invoked = True
                 result = await self._invoke(task, ctx, occ)
@@ -826,6 +827,10 @@ class Executor(Service):
                 self.waiting.remove(run)
             if self.active.get(run.occ.id) is run:
                 del self.active[run.occ.id]
+            # Counted as the run that finds its lease lost when it starts is (_run): an
+            # attempt that ended here with nothing written.
+            self.counts["lease_lost"] += 1
+            self.metrics.run_finished(run.occ.job, "lease_lost")
             run.ctx.logger.warning(
                 "lost the lease of %s (plan %s) before its handler started; it runs again "
                 "once its lease expires",
@@ -833,6 +838,11 @@ class Executor(Service):
                 run.occ.plan_time.isoformat(),
                 extra={"action": "lease_lost"},
             )
+            return
+        if not run.invoked:
+            # Launched, its handler not called yet: _run sees lease_lost first, calls
+            # nothing and counts the attempt lease_lost (cancelling the task now would end
+            # it before its first step, counted nowhere).
             return
         run.ctx.logger.warning(
             "lost the lease of %s (plan %s)%s",
