@@ -1313,3 +1313,37 @@ async def test_the_ordered_walk_setting_ends_with_its_statement(store: PostgresS
     # The store's own plumbing, to read its sessions' setting (one connection: calls in turn).
     row = await store._row("SHOW enable_bitmapscan", {})
     assert row == ("on",)
+
+
+async def test_pooled_connections_the_server_closed_are_passed_over(
+    postgres_dsn: str, postgres_url: str
+) -> None:
+    """Every idle pooled connection terminated (pg_terminate_backend: an administrator, a
+    failover, an idle timeout): the next calls each run on a live connection instead of
+    failing on a dead one they never sent anything on."""
+    name = f"pooled_{random.getrandbits(48):012x}"
+    opened = PostgresStore(f"{postgres_url}&application_name={name}")
+    await opened.migrate()
+    try:
+        # Fill the pool: calls at once, each holding a connection for a moment.
+        await asyncio.gather(*(opened._row("SELECT pg_sleep(0.05)", {}) for _ in range(4)))
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            pids = [
+                row[0]
+                for row in admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,)
+                )
+            ]
+            assert len(pids) >= 2, pids
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + 10
+            while admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+            ).fetchone() != (0,):
+                assert time.monotonic() < deadline, "the backends did not end"
+                time.sleep(0.01)
+        for _ in range(len(pids) + 1):  # each pooled connection in turn, and one more
+            assert isinstance(await opened.now(), datetime)
+    finally:
+        await opened.close()
