@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import threading
 import time
@@ -1347,3 +1348,35 @@ async def test_pooled_connections_the_server_closed_are_passed_over(
             assert isinstance(await opened.now(), datetime)
     finally:
         await opened.close()
+
+
+async def test_live_pooled_connections_are_kept_in_a_process_with_many_files(
+    postgres_url: str,
+) -> None:
+    """The look for a closed pooled connection works for any descriptor number (select()
+    refuses those from 1024 on): with over a thousand files open, calls keep their live
+    connections instead of replacing them every time."""
+    resource = pytest.importorskip("resource")  # (POSIX: where descriptors go that high)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"the descriptor limit {hard} is below {wanted}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    opened = PostgresStore(postgres_url)
+    try:
+        await opened.migrate()
+        for _ in range(20):
+            assert isinstance(await opened.now(), datetime)
+        pool = await opened._conns.pool()
+        assert min(conn.pgconn.socket for conn in pool._pool) >= 1024  # the case in hand
+        stats = pool.get_stats()
+        assert stats.get("returns_bad", 0) == 0, stats
+        assert stats.get("connections_num", 0) <= 4, stats
+    finally:
+        await opened.close()
+        for fd in held:
+            os.close(fd)
+        if soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

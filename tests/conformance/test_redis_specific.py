@@ -1025,3 +1025,33 @@ async def test_a_store_never_set_up_here_does_not_check(redis_url: str) -> None:
     finally:
         await setup.close()
         await other.close()
+
+
+async def test_pooled_connections_the_server_closed_are_passed_over(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    """CLIENT KILL of every pooled connection (an administrator, a restart, an idle
+    timeout): the next calls each run on a live connection instead of failing on a closed
+    one they never sent anything on (redis-py's pool looks first, with RESP2)."""
+
+    async def held_id() -> int:
+        # Each call holds its connection a moment, so that calls at once take several.
+        async with store._conns.client().client() as one:
+            await one.execute_command("CLIENT", "ID")
+            await asyncio.sleep(0.05)
+            return int(await one.execute_command("CLIENT", "ID"))
+
+    ids = set(await asyncio.gather(*(held_id() for _ in range(4))))
+    assert len(ids) >= 2, ids
+    for client_id in ids:
+        assert raw.execute_command("CLIENT", "KILL", "ID", client_id) == 1
+    killed = {f"id={client_id} " for client_id in ids}
+    deadline = time.monotonic() + 10
+    while any(entry in raw.execute_command("CLIENT", "LIST") for entry in killed):
+        assert time.monotonic() < deadline, "the connections were not closed"
+        await asyncio.sleep(0.01)
+    # The client learns that a socket closed when its event loop reads it: an idle
+    # instance's loop keeps turning, this test's must be let to.
+    await asyncio.sleep(0.05)
+    for _ in range(len(ids) + 1):  # each pooled connection in turn, and one more
+        assert isinstance(await store.now(), datetime)

@@ -158,15 +158,17 @@ class Connections:
 
         async def call() -> T:
             spare = self._max_size  # connections found closed that may be passed over
+            loop = asyncio.get_running_loop()
+            until = loop.time() + self._pool_timeout  # one wait for all of them
             while True:
-                async with pool.connection(timeout=self._pool_timeout) as conn:
+                wait = max(0.0, until - loop.time())
+                async with pool.connection(timeout=wait) as conn:
                     if spare and _closed_by_server(conn):
                         # Closed by the server while idle in the pool (terminated, a
                         # restart, an idle timeout): the call would fail on it untried.
                         spare -= 1
                         await conn.close()  # the pool replaces it
                         continue
-                    loop = asyncio.get_running_loop()
                     timer = None if cut is None else loop.call_later(cut, _expire, conn, expired)
                     phase[0] = conn
                     try:
@@ -328,18 +330,26 @@ def _session_settings(target: PostgresTarget, limits: Deadlines) -> tuple[list[s
 
 def _closed_by_server(conn: Conn) -> bool:
     """Whether an idle pooled connection has something to read: an idle session gets
-    nothing from the server but the error and the end of file that close it (or, rarely,
-    a notice; dropping such a connection costs a reconnect, never a call). One ``select``
-    with no wait, no round trip."""
+    nothing from the server but the error and the end of file that close it. One poll of
+    its socket with no wait, no round trip. Where that cannot be told, False: the call
+    goes ahead on it, as it would without this look."""
     try:
         fd = conn.pgconn.socket
     except psycopg.OperationalError:
         return True  # closed already
     try:
-        readable, _, _ = select.select([fd], [], [], 0)
+        if _poll is None:  # Windows: select takes any socket there
+            readable, _, _ = select.select([fd], [], [], 0)
+            return bool(readable)
+        # poll, not select: select refuses descriptors from 1024 on (a busy process).
+        poller = _poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError):
-        return True
-    return bool(readable)
+        return False
+
+
+_poll = getattr(select, "poll", None)
 
 
 def _expire(conn: Conn, expired: list[bool]) -> None:

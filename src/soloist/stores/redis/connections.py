@@ -132,6 +132,12 @@ class Connections:
             # running a claim or a completion twice is not the same as once. The runtime
             # backs off and calls again, knowing what it asks for.
             retry=Retry(NoBackoff(), 0),
+            # RESP2, which the scripts' replies are read as (redis-py 8 defaults to RESP3).
+            # It also keeps the pool's look at a connection before each call: one that has
+            # something to read (the server closed it: CLIENT KILL, a restart, an idle
+            # timeout) is replaced before a command is sent on it. With RESP3, redis-py 8
+            # turns that look off for its maintenance notifications.
+            protocol=2,
             client_name="soloist",
             socket_keepalive=True,
             socket_keepalive_options=_keepalive_options(self.deadlines),
