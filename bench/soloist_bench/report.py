@@ -136,6 +136,13 @@ def _ratio_items(report: dict[str, Any]) -> Iterator[tuple[str, str, str, float]
                     f"enqueue: aenqueue rate / {shown} rate",
                     enqueue["single_per_s"] / base[name],
                 )
+                if "sync_single_per_s" in enqueue:
+                    yield (
+                        f"enqueue_sync_single_over_{short}",
+                        "enqueue",
+                        f"enqueue: sync enqueue rate / {shown} rate",
+                        enqueue["sync_single_per_s"] / base[name],
+                    )
         for name, short, shown in (
             ("raw_insert_rows_per_s", "raw_insert", "raw INSERT rows (batches of 1000)"),
             ("raw_put_rows_per_s", "raw_put", "etcd raw puts (transactions of 128)"),
@@ -250,8 +257,10 @@ def _enqueue_rows(
     enqueue: dict[str, Any], items: list[tuple[str, str, str, float]]
 ) -> Iterator[tuple[str, str]]:
     yield "enqueue: aenqueue calls/s (sequential)", f"{enqueue['single_per_s']:,.0f}"
+    if "sync_single_per_s" in enqueue:
+        yield "enqueue: sync enqueue calls/s (sequential)", f"{enqueue['sync_single_per_s']:,.0f}"
     for name, section, label, value in items:
-        if section == "enqueue" and name.startswith("enqueue_single"):
+        if section == "enqueue" and name.startswith(("enqueue_single", "enqueue_sync_single")):
             yield label, f"{value:.3g}"
     yield (
         "enqueue: insert_many rows/s (batches of 1000)",

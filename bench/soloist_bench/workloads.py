@@ -171,6 +171,9 @@ async def measure_enqueue(target: Target, config: BenchConfig) -> dict[str, Any]
         for _ in range(calls):
             await app.aenqueue(NOOP)
         single = calls / (time.perf_counter() - started)
+        # The sync twin as a Django view or a script calls it, in a thread without a loop:
+        # a scheduler of its own, as such a process would make.
+        sync_single = await asyncio.to_thread(_sync_enqueue_rate, url, calls)
         now = await store.now()
         later = now + timedelta(days=1)  # not due: nothing else touches these rows
         started = time.perf_counter()
@@ -183,11 +186,27 @@ async def measure_enqueue(target: Target, config: BenchConfig) -> dict[str, Any]
         bulk = config.tasks / (time.perf_counter() - started)
         return {
             "single_per_s": single,
+            "sync_single_per_s": sync_single,
             "insert_many_rows_per_s": many,
             "enqueue_many_per_s": bulk,
         }
     finally:
         await store.close()
+
+
+def _sync_enqueue_rate(url: str, calls: int) -> float:
+    """Sequential sync ``enqueue`` calls per second, through a new scheduler on ``url``
+    (its first call, which opens the store, is not counted)."""
+    app = Scheduler(url)
+    app.task(name=NOOP)(noop)
+    try:
+        app.enqueue(NOOP)
+        started = time.perf_counter()
+        for _ in range(calls):
+            app.enqueue(NOOP)
+        return calls / (time.perf_counter() - started)
+    finally:
+        app.close()
 
 
 async def measure_lateness(target: Target, config: BenchConfig) -> dict[str, Any]:

@@ -9,9 +9,9 @@ to it:
 * from another thread while that loop runs (a worker thread of an ASGI app), a hop onto
   that loop;
 * from sync code while no scheduler loop runs (a Django view, a script), the portal: a
-  private loop in a daemon thread (:mod:`soloist._portal`) with a store of its own that
-  stays open between calls. A forked child gets a portal and store of its own; the
-  parent's connections are not its to close.
+  private loop that the calling threads run themselves (:mod:`soloist._portal`), with a
+  store of its own that stays open between calls. A forked child gets a portal and store
+  of its own; the parent's connections are not its to close.
 
 :func:`sync_twin` builds each sync method from its async source of truth with the same
 parameters (a ``ParamSpec``), so that the two cannot drift apart.
@@ -78,8 +78,8 @@ class StoreBridge:
         #: The scheduler's running loop, once started (sync calls from other threads hop
         #: onto it).
         self.loop: asyncio.AbstractEventLoop | None = None
-        # Sync calls made while no scheduler loop runs go to a portal: a private loop in a
-        # daemon thread with a store of its own that stays open between calls.
+        # Sync calls made while no scheduler loop runs go to a portal: a private loop, run
+        # by the calling threads, with a store of its own that stays open between calls.
         self.portal: Portal | None = None
         self._portal_store: CheckedStore | None = None
         self._portal_store_lock = asyncio.Lock()
@@ -171,7 +171,7 @@ class StoreBridge:
     # -- sync calls -----------------------------------------------------------------------------
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a short operation from sync code: on the scheduler's loop if it runs in
-        another thread, else on the portal (a private loop in a daemon thread)."""
+        another thread, else on the portal (a private loop that the calling thread runs)."""
         loop = self.loop
         try:
             running = asyncio.get_running_loop()
@@ -201,7 +201,7 @@ class StoreBridge:
 
     # -- closing --------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close what sync calls opened (the portal's store and thread). Safe twice; called
+        """Close what sync calls opened (the portal's store and loop). Safe twice; called
         at interpreter exit."""
         with self._portal_lock:
             portal, self.portal = self.portal, None

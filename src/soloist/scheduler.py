@@ -606,7 +606,7 @@ class Scheduler:
         return await self._bridge.store()
 
     def close(self) -> None:
-        """Close what sync calls opened (the portal's store and thread). Safe twice; called
+        """Close what sync calls opened (the portal's store and loop). Safe twice; called
         at interpreter exit. A running scheduler is stopped by :meth:`stop`, not this."""
         self._bridge.close()
 

@@ -196,8 +196,7 @@ def test_fastapi_example_runs_an_enqueued_task_and_stops_on_sigterm(world: World
 
 # -- the lifespan, in process ----------------------------------------------------------------
 def soloist_threads(before: set[threading.Thread]) -> list[str]:
-    """soloist's threads that did not exist at ``before`` (earlier tests' schedulers may
-    keep their portal thread, which serves sync calls, until the interpreter exits)."""
+    """soloist's threads that did not exist at ``before``."""
     return [t.name for t in set(threading.enumerate()) - before if t.name.startswith("soloist")]
 
 

@@ -1,16 +1,21 @@
 """Sync calls made while no scheduler loop runs (a Django view, a script) share one open
-store on the portal, a private loop in a daemon thread."""
+store on the portal, a private loop that the calling threads run in turn."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+import soloist._portal
 import soloist.bridge
 from soloist import JobContext, Scheduler
+from soloist._portal import Portal
 from soloist.stores import open_store
 from soloist.stores.base import Store
 
@@ -90,3 +95,89 @@ def test_a_forked_child_gets_a_portal_of_its_own(
         assert {o.payload["name"] for o in app.history("greet")} == {"parent", "child"}
     finally:
         app.close()
+
+
+# -- the portal itself: the calling threads run its loop in turn --------------------------
+async def thread_of_caller() -> int:
+    return threading.get_ident()
+
+
+def test_a_call_on_a_free_portal_runs_in_the_calling_thread() -> None:
+    """No hop to another thread: with nobody else calling, the coroutine runs in the
+    caller's own thread, and the portal starts no thread."""
+    portal = Portal()
+    before = threading.active_count()
+    try:
+        for _ in range(3):
+            assert portal.call(thread_of_caller()) == threading.get_ident()
+        assert threading.active_count() == before
+    finally:
+        portal.close()
+
+
+def test_calls_from_many_threads_run_at_once() -> None:
+    """Eight threads each wait 0.3 s on the portal at the same time: they all finish in
+    about 0.3 s, not 2.4 s (whoever runs the loop runs the others' calls too)."""
+    portal = Portal()
+
+    async def pause(n: int) -> int:
+        await asyncio.sleep(0.3)
+        return n
+
+    try:
+        started = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda n: portal.call(pause(n)), range(8)))
+        assert results == list(range(8))
+        assert time.monotonic() - started < 1.5
+    finally:
+        portal.close()
+
+
+def test_a_short_call_is_not_held_by_a_long_one_that_came_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread whose short call runs the loop returns when its call is done, although a
+    long call from another thread came meanwhile: the loop passes to that call's thread
+    at once (not at its next look for a free loop, put off here), which finishes it."""
+    monkeypatch.setattr(soloist._portal, "_RECHECK", 60.0)
+    portal = Portal()
+    long_sent = threading.Event()
+
+    async def short() -> float:
+        await asyncio.get_running_loop().run_in_executor(None, long_sent.wait, 5)
+        await asyncio.sleep(0.05)  # the long call is on the loop by now
+        return time.monotonic()
+
+    async def long() -> float:
+        await asyncio.sleep(1.0)
+        return time.monotonic()
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(portal.call, short())
+            time.sleep(0.1)  # the first thread runs the loop
+            second = pool.submit(portal.call, long())
+            long_sent.set()
+            short_done = first.result(timeout=5)
+            assert not second.done(), "the short call waited for the long one"
+            long_done = second.result(timeout=5)
+        assert long_done - short_done > 0.5
+    finally:
+        portal.close()
+
+
+def test_an_error_reaches_its_caller_and_the_portal_goes_on() -> None:
+    """A call's exception is raised in its caller; the next calls run as usual."""
+    portal = Portal()
+
+    async def fail() -> None:
+        raise ValueError("bad value 42")
+
+    try:
+        with pytest.raises(ValueError, match="bad value 42"):
+            portal.call(fail())
+        assert portal.call(thread_of_caller()) == threading.get_ident()
+    finally:
+        portal.close()
+    assert not portal.usable
