@@ -65,10 +65,15 @@ class Operations:
         store: Callable[[], Awaitable[Store]],
         registry: Registry,
         wake: Callable[[], None],
+        wake_work: Callable[[timedelta], None] | None = None,
     ) -> None:
+        """``wake``: schedules changed here (the planner looks again, and the executor);
+        ``wake_work(due_in)``: new occurrences only, due ``due_in`` from now (the executor
+        looks if that is before its next look; the planner has nothing new to plan)."""
         self._store = store
         self.registry = registry
         self._wake = wake
+        self._wake_work = wake_work or (lambda _due_in: wake())
 
     # -- queue ------------------------------------------------------------------------------
     async def enqueue(
@@ -116,7 +121,7 @@ class Operations:
             if delay is not None:
                 wait = parse_duration(delay, what="delay", allow_zero=True)
             occ, _created = await checked(store).occurrence_insert_now(item(_UNUSED_TIME), wait)
-            self._wake()
+            self._wake_work(wait)
             return occ
         if not isinstance(at, (str, datetime, timedelta)):
             raise ConfigError(
@@ -126,7 +131,7 @@ class Operations:
         when = at_schedule(at, now=now).next_after(datetime.min.replace(tzinfo=now.tzinfo))
         due = when if when is not None else now
         occ, _created = await store.occurrence_insert(item(due))
-        self._wake()
+        self._wake_work(due - now)
         return occ
 
     async def enqueue_many(
@@ -159,9 +164,10 @@ class Operations:
                 bound.add(keys)
             checked.append(data if trace is None else {**data, TRACE_KEY: trace})
         store = await self._store()
-        due = await store.now()
+        wait = timedelta(0)
         if delay is not None:
-            due += parse_duration(delay, what="delay", allow_zero=True)
+            wait = parse_duration(delay, what="delay", allow_zero=True)
+        due = await store.now() + wait
         slots = asyncio.Semaphore(ENQUEUE_PARALLEL)
 
         async def insert(chunk: list[JSONDict]) -> int:
@@ -188,7 +194,7 @@ class Operations:
         counts = await asyncio.gather(
             *(insert(checked[i : i + batch]) for i in range(0, len(checked), batch))
         )
-        self._wake()
+        self._wake_work(wait)
         return sum(counts)
 
     async def trigger(self, job: str) -> Occurrence:
@@ -224,7 +230,7 @@ class Operations:
                 max_crashes=max_crashes,
             )
         )
-        self._wake()
+        self._wake_work(timedelta(0))
         return occ
 
     async def retry(self, occurrence_id: str) -> Occurrence:
@@ -267,7 +273,7 @@ class Operations:
                 new.id,
                 extra={"action": "retry", "job": occ.job, "execution_id": new.id},
             )
-        self._wake()
+        self._wake_work(timedelta(0))
         return new
 
     async def cancel(self, occurrence_id: str) -> CancelResult:

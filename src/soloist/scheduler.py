@@ -17,6 +17,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from soloist import logs, tracing
@@ -126,7 +127,7 @@ class Scheduler:
             given_url=url,
             migrate=self.config.migrate,
         )
-        self.ops = Operations(self._bridge.store, self.registry, self._wake)
+        self.ops = Operations(self._bridge.store, self.registry, self._wake, self._wake_work)
         self.schedules = Schedules(self)
         self._runtime: Runtime | None = None
         self._on_elected: list[LeadershipCallback] = []
@@ -358,7 +359,7 @@ class Scheduler:
             store, self.registry, job, start, end, scopes, self.ops.unknown_job
         )
         if result.added:
-            self._wake()
+            self._wake_work(timedelta(0))
         return result
 
     backfill = sync_twin(abackfill)
@@ -621,6 +622,10 @@ class Scheduler:
     def _wake(self) -> None:
         if self._runtime is not None:
             self._runtime.wake()
+
+    def _wake_work(self, due_in: timedelta) -> None:
+        if self._runtime is not None:
+            self._runtime.wake_work(due_in)
 
 
 class Schedules:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 
 from soloist.clock import Clock
 from soloist.config import Config
@@ -42,6 +43,10 @@ from soloist.runtime.service import Service, ServiceBundle, log
 from soloist.stores.base import Store
 
 __all__ = ["Runtime"]
+
+#: Seconds added to the executor's poll interval when telling whether new work is due
+#: before its next look (see :meth:`Runtime.wake_work`).
+LOOK_MARGIN = 1.0
 
 
 class Runtime:
@@ -273,6 +278,18 @@ class Runtime:
             await self.partitions.release()
 
     def wake(self) -> None:
-        """New work may be due now (enqueue, trigger, schedule change in this process)."""
+        """Schedules changed in this process (added, resumed): the planner looks again,
+        and the executor, for what it may plan at once."""
         self.executor.wake()
         self.planner.wake()
+
+    def wake_work(self, due_in: timedelta) -> None:
+        """New occurrences were written in this process (enqueue, trigger, retry,
+        backfill), the earliest due ``due_in`` from now: the executor looks at once unless
+        its next look comes before that anyway (an idle executor looks every
+        ``poll_interval`` at most, counted from the end of its last look, and then waits
+        just until the earliest due work; :data:`LOOK_MARGIN` covers the look's own
+        time). Not the planner: no schedule changed. Each look costs store calls, which
+        one enqueue at a time in a process that runs the workers paid for every call."""
+        if due_in.total_seconds() < self.executor.poll_interval + LOOK_MARGIN:
+            self.executor.wake()
