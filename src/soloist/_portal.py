@@ -20,13 +20,17 @@ call. Between calls the loop does not run: the connections it holds sit idle, as
 would in a pool, and what was scheduled on it (a pool's upkeep) runs with the next call.
 
 After ``os.fork`` (a pre-forking server) the child gets a portal of its own: the parent's
-loop and its connections are not the child's.
+loop and its connections are not the child's. The loop polls with ``poll()``, not epoll:
+an epoll instance is shared with a forked child, and the child closing its copy of the
+loop (when it drops that portal) would unregister the parent's wake-up pipe from it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
+import selectors
 import threading
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
@@ -36,6 +40,10 @@ T = TypeVar("T")
 #: Seconds between a waiting call's looks at a free loop, should the pass of the loop to it
 #: be missed (a driver stopped by an error it could not hand on).
 _RECHECK = 0.1
+#: Seconds :meth:`Portal.close` waits for a call under way to end.
+_CLOSE_WAIT = 10.0
+#: A selector that keeps no state in the kernel (``poll()``), where there is one.
+_Selector = getattr(selectors, "PollSelector", selectors.SelectSelector)
 
 
 class _Call(Generic[T]):
@@ -56,7 +64,7 @@ class Portal:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        self.loop = asyncio.SelectorEventLoop(_Selector())
         self._driving = threading.Lock()  # held by the thread that runs the loop
         self._state = threading.Lock()  # guards _waiting and _closed
         self._waiting: list[_Call[Any]] = []  # calls whose thread waits for the loop
@@ -69,13 +77,16 @@ class Portal:
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the portal's loop and return its result (from any thread in
-        which no event loop runs)."""
+        which no event loop runs). A cancelled call raises
+        ``concurrent.futures.CancelledError``, as a call handed to a loop thread would."""
+        if self._closed:
+            coro.close()
+            raise RuntimeError("this portal is closed")
         call = _Call(coro, self.loop)
         if self._driving.acquire(blocking=False):
             # The loop is free: no hand-off, no thread to wake.
-            self._start(call)
-            self._drive(call)
-            return call.done.result()
+            self._drive(call, start=True)
+            return _outcome(call)
         with self._state:
             self._waiting.append(call)
         self.loop.call_soon_threadsafe(self._start, call)
@@ -83,9 +94,11 @@ class Portal:
             if self._driving.acquire(blocking=False):
                 self._drive(call)  # passed to this call, or found free
                 break
+            if self.loop.is_closed():
+                raise RuntimeError("this portal was closed before the call ran")
             call.wake.wait(_RECHECK)
             call.wake.clear()
-        return call.done.result()
+        return _outcome(call)
 
     def _start(self, call: _Call[T]) -> None:
         """Start ``call``'s coroutine on the loop (run by the driver)."""
@@ -104,15 +117,19 @@ class Portal:
                 self._waiting.remove(call)
         call.wake.set()
 
-    def _drive(self, call: _Call[T]) -> None:
-        """Run the loop until ``call`` is done (``_driving`` held), then free it and pass
-        it on to a waiting call, if any."""
+    def _drive(self, call: _Call[T], *, start: bool = False) -> None:
+        """Run the loop until ``call`` is done (``_driving`` held by this thread; with
+        ``start``, start the call first), then free the loop and pass it on to a waiting
+        call, if any. An interruption of this thread (KeyboardInterrupt, SystemExit) ends
+        the drive and is raised; the calls on the loop go on with the next driver."""
+        loop = self.loop
         try:
-            self.loop.run_until_complete(call.done)
-        except BaseException:
-            if not call.done.done():
-                raise  # the loop itself was interrupted (KeyboardInterrupt in this thread)
-            # else the call's own error: call() raises it from call.done
+            if start:
+                self._start(call)
+            # A stop left over from an interrupted drive only ends one turn early.
+            call.done.add_done_callback(lambda _: loop.stop())
+            while not call.done.done():
+                loop.run_forever()
         finally:
             self._driving.release()
             with self._state:
@@ -121,14 +138,30 @@ class Portal:
                 heir.wake.set()
 
     def close(self) -> None:
-        """Close the loop (its store closed first, by the owner). Safe twice."""
+        """Close the loop (its store closed first, by the owner), after a call under way
+        ends (up to :data:`_CLOSE_WAIT` seconds; else the loop is left open). Safe twice.
+        From a thread in which an event loop runs, close from another thread."""
         with self._state:
             if self._closed:
                 return
             self._closed = True
         if self.pid != os.getpid():
             return  # a forked child: the loop is the parent's
-        with self._driving:
+        if not self._driving.acquire(timeout=_CLOSE_WAIT):
+            return
+        try:
             if not self.loop.is_closed():
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
                 self.loop.close()
+        finally:
+            self._driving.release()
+        with self._state:
+            stranded, self._waiting = self._waiting, []
+        for call in stranded:
+            call.wake.set()  # their calls cannot run: they see the closed loop
+
+
+def _outcome(call: _Call[T]) -> T:
+    if call.done.cancelled():
+        raise concurrent.futures.CancelledError
+    return call.done.result()

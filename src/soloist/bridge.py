@@ -208,10 +208,16 @@ class StoreBridge:
             store, self._portal_store = self._portal_store, None
         if portal is None or not portal.usable:
             return
-        if store is not None:
-            with contextlib.suppress(Exception):
-                portal.call(store.close())
-        portal.close()
+        if _loop_runs_here():
+            # (A sync shutdown hook of an async app.) The portal's loop cannot run in a
+            # thread that runs another: close it from a thread of its own.
+            closer = threading.Thread(
+                target=_close_portal, args=(portal, store), name="soloist-portal-close"
+            )
+            closer.start()
+            closer.join()
+            return
+        _close_portal(portal, store)
 
     async def aclose(self) -> None:
         """Close the store opened in the running loop (not a given one). Safe twice."""
@@ -219,6 +225,21 @@ class StoreBridge:
         self._store_ready = False
         if store is not None and store is not self._given:
             await store.close()
+
+
+def _close_portal(portal: Portal, store: CheckedStore | None) -> None:
+    if store is not None:
+        with contextlib.suppress(Exception):
+            portal.call(store.close())
+    portal.close()
+
+
+def _loop_runs_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _other_env_store(given: str | None) -> str | None:
