@@ -169,9 +169,14 @@ class StoreBridge:
             return self._portal_store
 
     # -- sync calls -----------------------------------------------------------------------------
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+    def call(self, coro: Coroutine[Any, Any, T], *, hop: bool = True) -> T:
         """Run a short operation from sync code: on the scheduler's loop if it runs in
-        another thread, else on the portal (a private loop that the calling thread runs)."""
+        another thread, else on the portal (a private loop that the calling thread runs).
+        ``hop=False``: an operation that needs nothing of the running scheduler but its
+        store and a thread-safe wake-up (enqueue) runs on the portal even then, with the
+        portal's own store, when the bridge opened it from a URL: no hand-off to the
+        scheduler's loop and back (two thread wake-ups, and a wait for that loop's turn
+        while it runs the workers)."""
         loop = self.loop
         try:
             running = asyncio.get_running_loop()
@@ -183,9 +188,25 @@ class StoreBridge:
                 "this sync call was made inside a running event loop; use its async twin "
                 "(aenqueue, atrigger, apause, aresume, aretry, ahistory, astatus, ...)"
             )
-        if loop is not None and loop.is_running():
+        if loop is not None and loop.is_running() and (hop or not self._own_portal_store):
             return asyncio.run_coroutine_threadsafe(coro, loop).result()
         return self._ready_portal().call(coro)
+
+    def on_scheduler_loop(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` on the scheduler's loop: now if this is that loop (or none runs),
+        else soon, from any thread (a sync call that ran on the portal)."""
+        loop = self.loop
+        if loop is None or not loop.is_running():
+            fn()
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            fn()
+        else:
+            loop.call_soon_threadsafe(fn)
 
     def _ready_portal(self) -> Portal:
         with self._portal_lock:
@@ -261,6 +282,8 @@ B = TypeVar("B", bound=Bridged)
 
 def sync_twin(
     source: Callable[Concatenate[B, P], Coroutine[Any, Any, R]],
+    *,
+    hop: bool = True,
 ) -> Callable[Concatenate[B, P], R]:
     """The sync twin of the async method ``source`` (named ``a<name>``): a method
     ``<name>`` with exactly its parameters, that runs it through the owner's bridge (see
@@ -272,7 +295,8 @@ def sync_twin(
             ...
 
         trigger = sync_twin(atrigger)
-    """
+
+    ``hop``: as :meth:`StoreBridge.call`'s."""
     name = source.__name__
     if not name.startswith("a"):
         raise TypeError(f"{name}: the source of a sync twin is named a<name>")
@@ -282,7 +306,7 @@ def sync_twin(
         # Looked up on the instance, as a hand-written twin would: a subclass's override
         # (or a test's patch) of the async method applies to the sync one too.
         method: Callable[P, Coroutine[Any, Any, R]] = getattr(self, name)
-        return self._bridge.call(method(*args, **kwargs))
+        return self._bridge.call(method(*args, **kwargs), hop=hop)
 
     twin.__name__ = name[1:]
     twin.__qualname__ = source.__qualname__.removesuffix(name) + name[1:]

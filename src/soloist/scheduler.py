@@ -314,7 +314,7 @@ class Scheduler:
             )
         return occ.id
 
-    enqueue = sync_twin(aenqueue)
+    enqueue = sync_twin(aenqueue, hop=False)
 
     async def aenqueue_many(
         self,
@@ -338,7 +338,7 @@ class Scheduler:
             span.set_attribute("messaging.batch.message_count", count)
         return count
 
-    enqueue_many = sync_twin(aenqueue_many)
+    enqueue_many = sync_twin(aenqueue_many, hop=False)
 
     async def atrigger(self, job: str) -> str:
         """Run ``job`` once now; returns the occurrence id."""
@@ -620,12 +620,14 @@ class Scheduler:
         return self._traced
 
     def _wake(self) -> None:
-        if self._runtime is not None:
-            self._runtime.wake()
+        runtime = self._runtime
+        if runtime is not None:
+            self._bridge.on_scheduler_loop(runtime.wake)
 
     def _wake_work(self, due_in: timedelta) -> None:
-        if self._runtime is not None:
-            self._runtime.wake_work(due_in)
+        runtime = self._runtime
+        if runtime is not None and runtime.wakes_for(due_in):
+            self._bridge.on_scheduler_loop(runtime.wake_work)
 
 
 class Schedules:

@@ -4,6 +4,8 @@ schedule changed); a schedule change wakes both."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -35,12 +37,18 @@ async def app(tmp_path: Path) -> AsyncIterator[Scheduler]:
 
 def watch(app: Scheduler) -> list[object]:
     """What the scheduler's calls ask of its runtime from now on: ``"plans"`` for a
-    schedule change, the ``due_in`` of new occurrences."""
+    schedule change, the ``due_in`` of new occurrences (whether they wake the executor is
+    the runtime's call: the last test)."""
     runtime = app._runtime
     assert runtime is not None
     asked: list[object] = []
     runtime.wake = lambda: asked.append("plans")  # type: ignore[method-assign]
-    runtime.wake_work = asked.append  # type: ignore[method-assign]
+
+    def wakes_for(due_in: timedelta) -> bool:
+        asked.append(due_in)
+        return False
+
+    runtime.wakes_for = wakes_for  # type: ignore[method-assign]
     return asked
 
 
@@ -80,9 +88,60 @@ def test_the_executor_is_woken_only_for_work_due_before_its_next_look() -> None:
         executor=SimpleNamespace(poll_interval=2.0, wake=lambda: woken.append("executor")),
         planner=SimpleNamespace(wake=lambda: woken.append("planner")),
     )
-    for due_in in (timedelta(0), timedelta(seconds=2.999), timedelta(seconds=-5)):
-        Runtime.wake_work(runtime, due_in)  # type: ignore[arg-type]
-    assert woken == ["executor"] * 3
-    for due_in in (timedelta(seconds=3), timedelta(hours=1)):
-        Runtime.wake_work(runtime, due_in)  # type: ignore[arg-type]
-    assert woken == ["executor"] * 3
+    soon = (timedelta(0), timedelta(seconds=2.999), timedelta(seconds=-5))
+    later = (timedelta(seconds=3), timedelta(hours=1))
+    assert [Runtime.wakes_for(runtime, d) for d in soon] == [True] * 3  # type: ignore[arg-type]
+    assert [Runtime.wakes_for(runtime, d) for d in later] == [False] * 2  # type: ignore[arg-type]
+    Runtime.wake_work(runtime)  # type: ignore[arg-type]
+    assert woken == ["executor"]
+
+
+async def test_a_sync_enqueue_from_another_thread_wakes_the_running_executor(
+    tmp_path: Path,
+) -> None:
+    """A sync enqueue from a thread (a sync route of an async web app) while the
+    scheduler runs in this loop: it runs on the portal, without a hop to this loop, and
+    its wake-up crosses threads safely: the task runs at once, long before the
+    executor's next look (poll_interval 30 s)."""
+    app = Scheduler(f"sqlite:///{tmp_path / 'soloist.db'}", poll_interval="30s")
+    ran = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    @app.task
+    def greet(ctx: JobContext) -> None:
+        loop.call_soon_threadsafe(ran.set)
+
+    await app.start()
+    try:
+        await asyncio.sleep(0.5)  # past the executor's first looks: it waits 30 s now
+        await asyncio.to_thread(app.enqueue, "greet")
+        assert app._bridge.portal is not None, "the call hopped to the scheduler's loop"
+        await asyncio.wait_for(ran.wait(), 10)
+    finally:
+        await app.stop()
+        await app.aclose()
+        app.close()
+
+
+async def test_a_wake_up_from_another_thread_runs_on_the_scheduler_loop(
+    tmp_path: Path,
+) -> None:
+    """The bridge runs a wake-up asked for from another thread on the scheduler's loop
+    (an asyncio.Event is not thread-safe), and one asked for on that loop at once."""
+    app = Scheduler(f"sqlite:///{tmp_path / 'soloist.db'}")
+    await app.start()
+    try:
+        seen: list[int] = []
+        done = asyncio.Event()
+
+        def record() -> None:
+            seen.append(threading.get_ident())
+            done.set()
+
+        await asyncio.to_thread(app._bridge.on_scheduler_loop, record)
+        await asyncio.wait_for(done.wait(), 5)
+        app._bridge.on_scheduler_loop(record)
+        assert seen == [threading.get_ident()] * 2
+    finally:
+        await app.stop()
+        await app.aclose()

@@ -15,6 +15,7 @@ This module imports no framework: a lifespan is a plain async context manager fa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -37,8 +38,10 @@ async def running(scheduler: Scheduler, *, workers: bool = True) -> AsyncIterato
     """Start ``scheduler`` in the running event loop; stop it gracefully on exit.
 
     With ``workers=False`` nothing is planned or run in this process: the store is opened
-    (and migrated) at once, so a wrong URL fails the startup, and sync ``enqueue`` calls
-    from worker threads go through this loop. Other processes (``soloist run``) do the work.
+    (and migrated) at once, so a wrong URL fails the startup. Other processes (``soloist
+    run``) do the work. Sync ``enqueue`` calls from worker threads (sync routes) run in
+    their own thread on soloist's private loop, with a store of its own; it is closed on
+    exit too.
     """
     if not isinstance(scheduler, Scheduler):
         raise TypeError(f"invalid scheduler {scheduler!r}: expected a soloist.Scheduler")
@@ -57,6 +60,7 @@ async def running(scheduler: Scheduler, *, workers: bool = True) -> AsyncIterato
         yield scheduler
     finally:
         await scheduler.stop()
+        await asyncio.to_thread(scheduler.close)  # what sync calls opened
 
 
 def lifespan(

@@ -283,13 +283,17 @@ class Runtime:
         self.executor.wake()
         self.planner.wake()
 
-    def wake_work(self, due_in: timedelta) -> None:
-        """New occurrences were written in this process (enqueue, trigger, retry,
-        backfill), the earliest due ``due_in`` from now: the executor looks at once unless
-        its next look comes before that anyway (an idle executor looks every
+    def wakes_for(self, due_in: timedelta) -> bool:
+        """Whether new occurrences due ``due_in`` from now, written in this process
+        (enqueue, trigger, retry, backfill), call for :meth:`wake_work`: only when they
+        are due before the executor's next look anyway (an idle executor looks every
         ``poll_interval`` at most, counted from the end of its last look, and then waits
         just until the earliest due work; :data:`LOOK_MARGIN` covers the look's own
-        time). Not the planner: no schedule changed. Each look costs store calls, which
-        one enqueue at a time in a process that runs the workers paid for every call."""
-        if due_in.total_seconds() < self.executor.poll_interval + LOOK_MARGIN:
-            self.executor.wake()
+        time). Each look costs store calls, which one enqueue at a time in a process that
+        runs the workers paid for every call."""
+        return due_in.total_seconds() < self.executor.poll_interval + LOOK_MARGIN
+
+    def wake_work(self) -> None:
+        """New occurrences are due now or soon: the executor looks. Not the planner: no
+        schedule changed."""
+        self.executor.wake()
