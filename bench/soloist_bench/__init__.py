@@ -23,7 +23,9 @@ the method and the results; bench/README.md says how to rerun.
   process start-up and the insert are outside the window. The handlers count their runs
   by kind, and each drain reports those counts (``handler_runs``) and the lines the
   workers logged.
-* **enqueue**: sequential ``aenqueue`` calls per second (one statement each; read against
+* **enqueue**: sequential ``aenqueue`` calls per second, and sequential sync ``enqueue``
+  calls per second from a thread with no event loop, through a scheduler of its own (as a
+  Django view or a script calls it: ``sync_single_per_s``) (one statement each; read against
   the raw round trip and the raw single durable write of the same server: a one-row
   ``INSERT`` in its own commit on PostgreSQL, an ``EVALSHA`` of an ``HSET`` and a ``ZADD``
   on Redis), and rows per second through ``occurrence_insert_many`` in batches of 1000,

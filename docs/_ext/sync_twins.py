@@ -40,7 +40,7 @@ class SyncTwins(Extension):
             value = getattr(member, "value", None) if member.is_attribute else None
             if not isinstance(value, ExprCall) or str(value.function) != "sync_twin":
                 continue
-            (argument,) = value.arguments
+            argument = value.arguments[0]  # the source; then keywords (hop=...)
             source = cls.members[argument.name if isinstance(argument, ExprName) else ""]
             if not isinstance(source, Function) or source.docstring is None:
                 raise ValueError(f"{cls.path}.{name}: sync_twin of a method without a docstring")
