@@ -6,12 +6,16 @@ to it:
 
 * in the scheduler's own loop (``await app.aenqueue(...)``, the runtime), the store opened
   there;
-* from another thread while that loop runs (a worker thread of an ASGI app), a hop onto
-  that loop;
 * from sync code while no scheduler loop runs (a Django view, a script), the portal: a
   private loop that the calling threads run themselves (:mod:`soloist._portal`), with a
   store of its own that stays open between calls. A forked child gets a portal and store
-  of its own; the parent's connections are not its to close.
+  of its own; the parent's connections are not its to close;
+* from another thread while that loop runs (a sync route of an ASGI app, a sync
+  handler): ``enqueue`` and ``enqueue_many`` on the portal too, their wake-up of the
+  executor sent to that loop (:meth:`StoreBridge.on_scheduler_loop`); the other calls (they
+  may touch the running scheduler) hop onto that loop. Stores that are their own data (a
+  given store object, ``memory://``, an in-memory SQLite database) are never opened twice:
+  every call hops.
 
 :func:`sync_twin` builds each sync method from its async source of truth with the same
 parameters (a ``ParamSpec``), so that the two cannot drift apart.
@@ -27,6 +31,7 @@ import inspect
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -84,17 +89,20 @@ class StoreBridge:
         self._portal_store: CheckedStore | None = None
         self._portal_store_lock = asyncio.Lock()
         self._portal_lock = threading.Lock()
+        self._portal_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        self._at_exit = False  # close() registered to run at interpreter exit
 
     # -- the store ------------------------------------------------------------------------------
     async def store(self) -> CheckedStore:
         """The store, opened (and migrated) on first use, in the running event loop."""
         portal = self.portal
-        if (
-            portal is not None
-            and asyncio.get_running_loop() is portal.loop
-            and self._own_portal_store
-        ):
+        running = asyncio.get_running_loop()
+        if portal is not None and running is portal.loop and self._own_portal_store:
             return await self._ready_portal_store()
+        if running in self._portal_loops and (portal is None or running is not portal.loop):
+            # A call that was on a portal when close() closed it: opening a store here
+            # would leave it open for good on a loop about to close.
+            raise SoloistError("the store of sync calls was closed (close()) during this call")
         if self._store is None:
             self._store = self._given or self._open_store()
         if not self._store_ready:
@@ -153,8 +161,12 @@ class StoreBridge:
 
     @property
     def _own_portal_store(self) -> bool:
-        # A memory store *is* the data and a given store is the caller's: both are shared.
-        return self._given is None and not self._config().store_url.startswith("memory:")
+        # A memory store *is* the data (so is each in-memory SQLite store: another store
+        # object would be another, empty database) and a given store is the caller's: all
+        # are shared.
+        url = self._config().store_url
+        in_memory = url.startswith("memory:") or url.partition("?")[0] == "sqlite:///:memory:"
+        return self._given is None and not in_memory
 
     async def _ready_portal_store(self) -> CheckedStore:
         async with self._portal_store_lock:
@@ -205,19 +217,22 @@ class StoreBridge:
             here = None
         if here is loop:
             fn()
-        else:
+            return
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing left to wake
             loop.call_soon_threadsafe(fn)
 
     def _ready_portal(self) -> Portal:
         with self._portal_lock:
             portal = self.portal
             if portal is None or not portal.usable:
-                if portal is None:
+                if not self._at_exit:
                     atexit.register(self.close)
+                    self._at_exit = True
                 # After a fork the parent's store connections are not ours to close.
                 self._portal_store = None
                 self._portal_store_lock = asyncio.Lock()
                 portal = self.portal = Portal()
+                self._portal_loops.add(portal.loop)
             return portal
 
     # -- closing --------------------------------------------------------------------------------

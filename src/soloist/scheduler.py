@@ -514,9 +514,9 @@ class Scheduler:
     async def start(self, *, workers: bool = True) -> None:
         """Start planning and executing in the running event loop (e.g. an ASGI lifespan).
 
-        With ``workers=False`` only open the store and bind the sync calls (``enqueue``
-        from a worker thread) to this loop: nothing is planned or run here, because other
-        processes run the workers. :meth:`stop` closes the store either way."""
+        With ``workers=False`` only open the store: nothing is planned or run here,
+        because other processes run the workers. :meth:`stop` closes the store either
+        way (what sync calls opened on the portal is closed by :meth:`close`)."""
         if self._runtime is not None:
             return
         store = await self._bridge.store()

@@ -18,7 +18,7 @@ import soloist._portal
 import soloist.bridge
 from soloist import JobContext, Scheduler
 from soloist._portal import Portal
-from soloist.errors import StoreError
+from soloist.errors import SoloistError, StoreError
 from soloist.stores import open_store
 from soloist.stores.base import Store
 
@@ -286,3 +286,78 @@ async def test_close_from_a_running_event_loop_closes_the_portal_store(
     assert not portal.usable and portal.loop.is_closed()
     with pytest.raises(StoreError, match="is closed"):
         await opened[0].occurrence_get("x")
+
+
+# -- the bridge's choice of store for sync calls ------------------------------------------
+async def test_an_in_memory_sqlite_store_is_never_opened_twice(tmp_path: Path) -> None:
+    """With ``sqlite:///:memory:`` (a database per store object) a sync enqueue from a
+    thread while the scheduler runs uses the scheduler's store, so its task runs (a
+    portal store of its own would be another, empty database: the task would be lost)."""
+    app = Scheduler("sqlite:///:memory:", poll_interval="0.05s")
+    ran = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    @app.task
+    def greet(ctx: JobContext) -> None:
+        loop.call_soon_threadsafe(ran.set)
+
+    await app.start()
+    try:
+        await asyncio.to_thread(app.enqueue, "greet")
+        await asyncio.wait_for(ran.wait(), 10)
+        assert app._bridge.portal is None
+    finally:
+        await app.stop()
+        app.close()
+
+
+def test_a_wake_up_for_a_loop_closed_meanwhile_is_dropped(tmp_path: Path) -> None:
+    """The scheduler's loop stops and closes between the look and the hand-off: the
+    wake-up is dropped (nothing is left to wake), the enqueue that asked for it does not
+    fail after its row was written."""
+
+    class ClosingLoop:
+        def is_running(self) -> bool:
+            return True
+
+        def call_soon_threadsafe(self, fn: object) -> None:
+            raise RuntimeError("Event loop is closed")
+
+    app = Scheduler(f"sqlite:///{tmp_path / 'x.db'}")
+    called: list[str] = []
+    app._bridge.loop = ClosingLoop()  # type: ignore[assignment]
+    app._bridge.on_scheduler_loop(lambda: called.append("woken"))
+    assert called == []
+
+
+def test_a_call_caught_on_a_portal_by_close_opens_no_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call still on the portal when close() took it away does not open a store there
+    (nothing would close it, and the scheduler could not move to another store)."""
+    app, opened = make_app(tmp_path, monkeypatch)
+    app.enqueue("greet", {"name": "a"})
+    portal = app._bridge.portal
+    assert portal is not None
+    app._bridge.portal = None  # what close() does first, while the call is on its way
+    try:
+        with pytest.raises(SoloistError, match="closed"):
+            portal.call(app._bridge.store())
+        assert app._bridge._store is None and len(opened) == 1
+    finally:
+        app._bridge.portal = portal
+        app.close()
+
+
+def test_close_and_reopen_register_one_exit_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each new portal after a close() does not add another exit hook (a test suite of
+    many app lifespans kept every scheduler alive through them)."""
+    hooks: list[object] = []
+    monkeypatch.setattr(soloist.bridge.atexit, "register", hooks.append)
+    app, _ = make_app(tmp_path, monkeypatch)
+    for name in ("a", "b", "c"):
+        app.enqueue("greet", {"name": name})
+        app.close()
+    assert len(hooks) == 1
