@@ -65,7 +65,7 @@ class Operations:
         store: Callable[[], Awaitable[Store]],
         registry: Registry,
         wake: Callable[[], None],
-        wake_work: Callable[[timedelta], None] | None = None,
+        wake_work: Callable[[timedelta], None],
     ) -> None:
         """``wake``: schedules changed here (the planner looks again, and the executor);
         ``wake_work(due_in)``: new occurrences only, due ``due_in`` from now (the executor
@@ -73,7 +73,7 @@ class Operations:
         self._store = store
         self.registry = registry
         self._wake = wake
-        self._wake_work = wake_work or (lambda _due_in: wake())
+        self._wake_work = wake_work
 
     # -- queue ------------------------------------------------------------------------------
     async def enqueue(

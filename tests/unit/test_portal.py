@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from test_wake_routing import signalling_app
 
 import soloist._portal
 import soloist.bridge
@@ -293,14 +294,7 @@ async def test_an_in_memory_sqlite_store_is_never_opened_twice(tmp_path: Path) -
     """With ``sqlite:///:memory:`` (a database per store object) a sync enqueue from a
     thread while the scheduler runs uses the scheduler's store, so its task runs (a
     portal store of its own would be another, empty database: the task would be lost)."""
-    app = Scheduler("sqlite:///:memory:", poll_interval="0.05s")
-    ran = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    @app.task
-    def greet(ctx: JobContext) -> None:
-        loop.call_soon_threadsafe(ran.set)
-
+    app, ran = signalling_app("sqlite:///:memory:", poll_interval="0.05s")
     await app.start()
     try:
         await asyncio.to_thread(app.enqueue, "greet")

@@ -96,14 +96,10 @@ def test_the_executor_is_woken_only_for_work_due_before_its_next_look() -> None:
     assert woken == ["executor"]
 
 
-async def test_a_sync_enqueue_from_another_thread_wakes_the_running_executor(
-    tmp_path: Path,
-) -> None:
-    """A sync enqueue from a thread (a sync route of an async web app) while the
-    scheduler runs in this loop: it runs on the portal, without a hop to this loop, and
-    its wake-up crosses threads safely: the task runs at once, long before the
-    executor's next look (poll_interval 30 s)."""
-    app = Scheduler(f"sqlite:///{tmp_path / 'soloist.db'}", poll_interval="30s")
+def signalling_app(url: str, *, poll_interval: str) -> tuple[Scheduler, asyncio.Event]:
+    """A scheduler on ``url`` whose ``def`` task ``greet`` sets the returned event in the
+    running loop (call from that loop)."""
+    app = Scheduler(url, poll_interval=poll_interval)
     ran = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -111,6 +107,17 @@ async def test_a_sync_enqueue_from_another_thread_wakes_the_running_executor(
     def greet(ctx: JobContext) -> None:
         loop.call_soon_threadsafe(ran.set)
 
+    return app, ran
+
+
+async def test_a_sync_enqueue_from_another_thread_wakes_the_running_executor(
+    tmp_path: Path,
+) -> None:
+    """A sync enqueue from a thread (a sync route of an async web app) while the
+    scheduler runs in this loop: it runs on the portal, without a hop to this loop, and
+    its wake-up crosses threads safely: the task runs at once, long before the
+    executor's next look (poll_interval 30 s)."""
+    app, ran = signalling_app(f"sqlite:///{tmp_path / 'soloist.db'}", poll_interval="30s")
     await app.start()
     try:
         await asyncio.sleep(0.5)  # past the executor's first looks: it waits 30 s now

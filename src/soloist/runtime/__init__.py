@@ -45,7 +45,7 @@ from soloist.stores.base import Store
 __all__ = ["Runtime"]
 
 #: Seconds added to the executor's poll interval when telling whether new work is due
-#: before its next look (see :meth:`Runtime.wake_work`).
+#: before its next look (see :meth:`Runtime.wakes_for`).
 LOOK_MARGIN = 1.0
 
 
